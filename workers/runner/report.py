@@ -1,0 +1,81 @@
+"""Progress and metric events: JSON lines in ``<run_dir>/events.jsonl``.
+
+This file is the runner's only structured channel to the outside world (the executor
+tails it). One event per line, always with ``type`` and ``time`` (unix seconds):
+
+- ``{"type": "start", "world_size": 2, "total_steps": 300, "strategy": "ddp"}``
+- ``{"type": "progress", "step": 10, "total_steps": 300, "epoch": 0}``
+- ``{"type": "metrics", "step": 10, "values": {"loss": 1.2, "lr": 0.001}}``
+- ``{"type": "checkpoint", "step": 200, "path": "checkpoints/step-200"}``
+- ``{"type": "artifact", "name": "model", "path": "model.pt"}``
+- ``{"type": "end", "status": "succeeded" | "failed" | "interrupted", "reason": "..."}``
+
+Only the main process (global rank 0) writes events.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+EVENTS_FILE = "events.jsonl"
+
+
+class Reporter:
+    """Appends events for one run; a no-op on ranks other than the main one."""
+
+    def __init__(self, run_dir: str | Path, enabled: bool = True):
+        self.path = Path(run_dir) / EVENTS_FILE
+        self.enabled = enabled
+        self._fh = open(self.path, "a", encoding="utf-8") if enabled else None
+
+    def emit(self, type_: str, **fields: Any) -> None:
+        if not self._fh:
+            return
+        event = {"type": type_, "time": round(time.time(), 3), **fields}
+        self._fh.write(json.dumps(event, default=_jsonable) + "\n")
+        self._fh.flush()
+
+    def metrics(self, step: int, **values: float) -> None:
+        clean = {k: float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))}
+        if clean:
+            self.emit("metrics", step=step, values=clean)
+
+    def progress(self, step: int, total_steps: int, epoch: int) -> None:
+        self.emit("progress", step=step, total_steps=total_steps, epoch=epoch)
+
+    def close(self) -> None:
+        if self._fh:
+            self._fh.close()
+            self._fh = None
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def read_events(run_dir: str | Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Read complete event lines from ``offset``; returns the events and the new offset."""
+    path = Path(run_dir) / EVENTS_FILE
+    if not path.exists():
+        return [], offset
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        chunk = fh.read()
+    end = chunk.rfind(b"\n") + 1
+    events = []
+    for raw in chunk[:end].splitlines():
+        try:
+            events.append(json.loads(raw))
+        except ValueError:
+            continue
+    return events, offset + end
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
