@@ -171,6 +171,8 @@ class JobSpec(_Section):
                 "set procs_per_node to at most gpus_per_node")
         if self.train.warmup_steps and self.train.max_steps and self.train.warmup_steps > self.train.max_steps:
             errors["train.warmup_steps"] = "longer than train.max_steps; lower it"
+        for key, message in _runner_checks(self).items():
+            errors.setdefault(key, message)
         if errors:
             raise SpecError(errors)
         return self
@@ -188,6 +190,35 @@ class JobSpec(_Section):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
+
+
+IMAGE_DATASETS = ("digits",)
+
+
+def _runner_checks(spec: "JobSpec") -> dict[str, str]:
+    """Combinations only the runner knows are impossible (cnn on tables, DeepSpeed overrides, ...)."""
+    errors: dict[str, str] = {}
+    if (spec.mode in ("centralized", "ddp", "deepspeed") and spec.model.name == "cnn"
+            and spec.data.dataset in DATASETS and spec.data.dataset not in IMAGE_DATASETS):
+        errors["model.name"] = (f"cnn needs image-shaped data (digits, 8x8) but {spec.data.dataset} is a table; "
+                                "use mlp or logreg, or data.dataset: digits")
+    if spec.script is not None:
+        entry = spec.script.entry.replace("\\", "/")
+        if entry.startswith("/") or ".." in entry.split("/") or ":" in entry:
+            errors["script.entry"] = ("must be a relative path or module inside the workspace "
+                                      "(no '..', not absolute), e.g. train.py or pkg.train")
+    ds = spec.deepspeed
+    if ds is not None:
+        if ds.offload_params and ds.zero_stage != 3:
+            errors["deepspeed.offload_params"] = "parameter offload needs deepspeed.zero_stage: 3; raise the stage or set it false"
+        if (ds.offload_optimizer or ds.offload_params) and ds.zero_stage == 0:
+            errors["deepspeed.offload_optimizer"] = "offload needs ZeRO; set deepspeed.zero_stage to 1, 2 or 3"
+        if ds.precision == "fp16" and spec.resources.gpus_per_node == 0:
+            errors["deepspeed.precision"] = "fp16 needs a GPU; use bf16 or fp32 on CPU, or set resources.gpus_per_node"
+        from workers.runner import dsconfig
+
+        errors.update(dsconfig.conflicts(spec))
+    return errors
 
 
 def _message(err: dict[str, Any]) -> str:
