@@ -67,7 +67,11 @@ def create(llm, tok):
                                                  attn_implementation="sdpa")
     model.config.use_cache = False
     if llm.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     if llm.lora is not None:
         model = add_lora(model, llm)
     if llm.compile:
