@@ -47,6 +47,10 @@ class Workload:
         """Metrics over the validation batches (already on the device)."""
         raise NotImplementedError
 
+    def train_metrics(self) -> dict[str, float]:
+        """Metrics gathered during the training batches since the last call (then reset)."""
+        return {}
+
     def finish(self, model: torch.nn.Module, is_main: bool) -> list[dict[str, str]]:
         """Write final artifacts into ``run_dir``; return ``[{"name", "path"}]`` (main only)."""
         return []

@@ -1,0 +1,61 @@
+"""``load_arguments``: the spec plus where this process runs (FedML's ``args``)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workers.runner.config import JobSpec, load_file, parse_spec
+
+
+@dataclass
+class Arguments:
+    """One process's view of a job: the validated spec, its run directory and its rank.
+
+    Spec sections read through: ``args.train.lr`` is ``args.spec.train.lr``.
+    """
+
+    spec: JobSpec
+    run_dir: Path
+    config_path: Path | None = None
+    workspace_dir: Path | None = None
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    #: filled by ``runner.data.load``; ``runner.model.create`` reuses it
+    workload: Any = field(default=None, repr=False)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "spec":
+            raise AttributeError(name)
+        return getattr(self.spec, name)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def load_arguments(config: str | Path | dict | JobSpec, run_dir: str | Path | None = None,
+                   workspace_dir: str | Path | None = None) -> Arguments:
+    """Validate a spec (a file path, a mapping or a ``JobSpec``) and read this process's rank.
+
+    Raises ``SpecError`` for an invalid spec. ``run_dir`` defaults to ``runs/<spec.name>``.
+    """
+    path = None
+    if isinstance(config, JobSpec):
+        spec = config
+    elif isinstance(config, dict):
+        spec = parse_spec(config)
+    else:
+        path = Path(config)
+        spec = load_file(path)
+    return Arguments(
+        spec=spec,
+        run_dir=Path(run_dir) if run_dir else Path("runs") / spec.name,
+        config_path=path,
+        workspace_dir=Path(workspace_dir) if workspace_dir else None,
+        rank=int(os.environ.get("RANK", "0")),
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        world_size=int(os.environ.get("WORLD_SIZE", "1")),
+    )

@@ -1,0 +1,49 @@
+"""SIGTERM/SIGINT: ask the loop to checkpoint and stop, with a hard deadline.
+
+The handler only sets a flag; the loop checks it at every optimizer step (all ranks agree
+through one all-reduce), writes a checkpoint and exits with ``EXIT_INTERRUPTED``. If that
+takes longer than ``TRAINHUB_STOP_GRACE_S`` seconds (default 15) the process exits anyway,
+so a cancelled job never lingers.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+EXIT_INTERRUPTED = 143  # 128 + SIGTERM, what a shell reports for a terminated process
+
+_requested = threading.Event()
+_reason: list[str] = []
+
+
+def install() -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _handle)
+        signal.signal(signal.SIGINT, _handle)
+
+
+def requested() -> bool:
+    return _requested.is_set()
+
+
+def reason() -> str:
+    return _reason[0] if _reason else "stop requested"
+
+
+def _handle(signum, frame) -> None:
+    if _requested.is_set():
+        return
+    _reason.append(f"received {signal.Signals(signum).name}")
+    _requested.set()
+    print(f"{_reason[0]}: saving a checkpoint and stopping", file=sys.stderr, flush=True)
+    grace = float(os.environ.get("TRAINHUB_STOP_GRACE_S", "15"))
+    timer = threading.Timer(grace, _give_up)
+    timer.daemon = True
+    timer.start()
+
+
+def _give_up() -> None:
+    print("could not stop cleanly in time; exiting without a final checkpoint", file=sys.stderr, flush=True)
+    os._exit(EXIT_INTERRUPTED)

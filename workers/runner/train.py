@@ -1,0 +1,268 @@
+"""The training loop: ``Runner(args, device, dataset, model).run()``.
+
+Read it top to bottom: build loaders and the strategy, resume if a checkpoint exists, then
+for each optimizer step run ``grad_accum_steps`` micro-batches (gradient sync skipped on
+all but the last), step, log, evaluate, checkpoint, and stop early on SIGTERM. Only the
+main rank prints and writes events; every rank takes part in evaluation and checkpoints
+(DeepSpeed shards need all of them).
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import sys
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from workers.runner import checkpoint, signals
+from workers.runner.arguments import Arguments
+from workers.runner.data import Datasets
+from workers.runner.report import Reporter
+from workers.runner.strategies import STRATEGIES
+
+
+class Interrupted(Exception):
+    """SIGTERM/SIGINT stopped the run after (if it could) writing a checkpoint."""
+
+
+class Runner:
+    def __init__(self, args: Arguments, device: torch.device, dataset: Datasets, model: torch.nn.Module):
+        self.args, self.spec, self.device = args, args.spec, device
+        self.workload = args.workload
+        self.strategy = STRATEGIES[self.spec.strategy_name](self.spec, device, args.run_dir)
+        self.is_main = self.strategy.is_main
+        self.reporter = Reporter(args.run_dir, enabled=self.is_main)
+        data, train = self.spec.data, self.spec.train
+        s = self.strategy
+        self.sampler = ResumableSampler(dataset.train, s.world_size, s.rank, train.seed, data.batch_size)
+        self.train_loader = DataLoader(dataset.train, batch_size=data.batch_size, sampler=self.sampler,
+                                       collate_fn=dataset.collate, num_workers=data.num_workers)
+        self.val_loader = DataLoader(dataset.val, batch_size=data.batch_size, shuffle=False,
+                                     collate_fn=dataset.collate, num_workers=data.num_workers)
+        batches = math.ceil(self.sampler.num_samples / data.batch_size)
+        self.steps_per_epoch = batches // train.grad_accum_steps
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"data.batch_size × train.grad_accum_steps ({data.batch_size * train.grad_accum_steps}) "
+                             f"is more than one rank's share of the training set ({self.sampler.num_samples} rows); "
+                             "lower them or use fewer ranks")
+        self.micro_per_epoch = self.steps_per_epoch * train.grad_accum_steps
+        self.total_steps = self.steps_per_epoch * train.epochs
+        if train.max_steps:
+            self.total_steps = min(self.total_steps, train.max_steps)
+        self.model = s.setup(model, self._optimizer, self._scheduler)
+        self.step = self.epoch = self.micro = 0
+        self.saved_step = -1
+        self.last_metrics: dict[str, float] = {}
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self) -> dict[str, float]:
+        """Train to the end (or SIGTERM); returns the last evaluation metrics."""
+        status, reason, started = "failed", "", time.time()
+        try:
+            self._train()
+            status = "succeeded"
+            return self.last_metrics
+        except Interrupted as exc:
+            status, reason = "interrupted", str(exc)
+            raise
+        except BaseException as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            self.reporter.emit("end", status=status, reason=reason, step=self.step,
+                               seconds=round(time.time() - started, 3))
+            self.reporter.close()
+            self.strategy.teardown()
+
+    def _train(self) -> None:
+        spec, s, wl = self.spec, self.strategy, self.workload
+        resumed = self._resume()
+        self.reporter.emit("start", world_size=s.world_size, total_steps=self.total_steps, strategy=s.name,
+                           epochs=spec.train.epochs, steps_per_epoch=self.steps_per_epoch,
+                           resumed_from=resumed, unit=wl.unit)
+        self.log(f"{spec.name}: mode {spec.mode}, strategy {s.name}, {s.world_size} rank(s), "
+                 f"{self.total_steps} steps ({self.steps_per_epoch}/epoch)"
+                 + (f", resumed at step {resumed}" if resumed is not None else ""))
+        self.model.train()
+        window = Window()
+        while self.step < self.total_steps and self.epoch < spec.train.epochs:
+            self.sampler.set_epoch(self.epoch, skip_batches=self.micro)
+            batches = itertools.islice(self.train_loader, self.micro_per_epoch - self.micro)
+            for batch in batches:
+                boundary = (self.micro + 1) % spec.train.grad_accum_steps == 0
+                batch = to_device(batch, self.device, s.input_dtype)
+                with contextlib.nullcontext() if boundary else s.no_sync():
+                    loss, units = wl.loss(self.model, batch)
+                    s.backward(loss)
+                window.add(float(loss.detach()), units)
+                self.micro += 1
+                if boundary:
+                    self._after_step(s.step(), window)
+                    if self.step >= self.total_steps or self.micro == 0:
+                        break
+        if self.step > self.saved_step:
+            self._checkpoint()
+        with s.full_params():
+            for artifact in wl.finish(s.raw_model, self.is_main):
+                self.reporter.emit("artifact", **artifact)
+                self.log(f"wrote {artifact['path']}")
+
+    def _after_step(self, grad_norm: float | None, window: "Window") -> None:
+        spec = self.spec
+        self.step += 1
+        epoch_done = self.micro >= self.micro_per_epoch
+        last = self.step >= self.total_steps
+        values: dict[str, float] = {}
+        if self.step % spec.train.log_every_steps == 0 or epoch_done or last:
+            values = self._train_values(window, grad_norm)
+        eval_every = spec.train.eval_every_steps
+        if (eval_every and self.step % eval_every == 0) or (not eval_every and epoch_done) or last:
+            values.update(self._evaluate())
+        if values:
+            self.reporter.progress(self.step, self.total_steps, self.epoch)
+            self.reporter.metrics(self.step, **values)
+            shown = " ".join(f"{k}={v:.0f}" if abs(v) >= 1000 else f"{k}={v:.4g}" for k, v in values.items())
+            self.log(f"epoch {self.epoch + 1}/{spec.train.epochs} step {self.step}/{self.total_steps} {shown}")
+        if epoch_done:
+            self.epoch, self.micro = self.epoch + 1, 0
+        every = spec.checkpoint.every_steps
+        if every and self.step % every == 0:
+            self._checkpoint()
+        if self._stop_requested():
+            if self.step > self.saved_step:
+                self._checkpoint()
+            raise Interrupted(signals.reason())
+
+    # -- pieces ---------------------------------------------------------------------------
+    def _train_values(self, window: "Window", grad_norm: float | None) -> dict[str, float]:
+        extra = self.workload.train_metrics()
+        keys = list(extra)
+        loss, rate, *rest = self.strategy.all_reduce([window.mean_loss(), window.rate()] + [extra[k] for k in keys])
+        rate *= self.strategy.world_size  # every rank's throughput, summed
+        values = {"train_loss": loss, **dict(zip(keys, rest)), "lr": self.strategy.lr,
+                  f"{self.workload.unit}_per_s": rate}
+        if grad_norm is not None:
+            values["grad_norm"] = grad_norm
+        window.reset()
+        return values
+
+    def _evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        batches = (to_device(b, self.device, self.strategy.input_dtype) for b in self.val_loader)
+        metrics = self.workload.evaluate(self.model, batches)
+        self.model.train()
+        self.last_metrics = metrics
+        return metrics
+
+    def _checkpoint(self) -> None:
+        state = {"step": self.step, "epoch": self.epoch, "micro": self.micro}
+        path = checkpoint.save(self.strategy, self.args.run_dir, self.step, state, self.spec,
+                               self.spec.checkpoint.keep_last)
+        self.saved_step = self.step
+        rel = str(path.relative_to(self.args.run_dir))
+        self.reporter.emit("checkpoint", step=self.step, path=rel)
+        self.log(f"checkpoint {rel}")
+
+    def _resume(self) -> int | None:
+        if not self.spec.checkpoint.resume:
+            return None
+        path = checkpoint.latest(self.args.run_dir)
+        if path is None:
+            return None
+        state = checkpoint.load(self.strategy, path)
+        self.step, self.epoch, self.micro = state["step"], state["epoch"], state["micro"]
+        self.saved_step = self.step
+        self.reporter.emit("resume", step=self.step, path=str(path.relative_to(self.args.run_dir)))
+        return self.step
+
+    def _stop_requested(self) -> bool:
+        flag = 1.0 if signals.requested() else 0.0
+        return self.strategy.all_reduce([flag], op="max")[0] > 0
+
+    def _optimizer(self, params) -> torch.optim.Optimizer:
+        t = self.spec.train
+        if t.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=t.lr, momentum=0.9, weight_decay=t.weight_decay)
+        cls = torch.optim.Adam if t.optimizer == "adam" else torch.optim.AdamW
+        return cls(params, lr=t.lr, weight_decay=t.weight_decay)
+
+    def _scheduler(self, optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, LRSchedule(self.spec.train, self.total_steps))
+
+    def log(self, line: str) -> None:
+        if self.is_main:
+            print(line, flush=True)
+
+
+class LRSchedule:
+    """Linear warmup, then constant, cosine or linear decay to zero over the run."""
+
+    def __init__(self, train, total_steps: int):
+        self.kind, self.warmup, self.total = train.scheduler, train.warmup_steps, max(1, total_steps)
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        progress = min(1.0, (step - self.warmup) / max(1, self.total - self.warmup))
+        if self.kind == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * progress))
+        if self.kind == "linear":
+            return 1.0 - progress
+        return 1.0
+
+
+class ResumableSampler(DistributedSampler):
+    """This rank's shuffled share of an epoch (seeded by seed + epoch), able to start mid-epoch."""
+
+    def __init__(self, dataset, world_size: int, rank: int, seed: int, batch_size: int):
+        super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=False)
+        self.batch_size, self.skip = batch_size, 0
+
+    def set_epoch(self, epoch: int, skip_batches: int = 0) -> None:
+        super().set_epoch(epoch)
+        self.skip = skip_batches * self.batch_size
+
+    def __iter__(self):
+        return itertools.islice(super().__iter__(), self.skip, None)
+
+    def __len__(self) -> int:
+        return max(0, self.num_samples - self.skip)
+
+
+class Window:
+    """Loss and throughput since the last log line."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss, self.n, self.units, self.started = 0.0, 0, 0, time.perf_counter()
+
+    def add(self, loss: float, units: int) -> None:
+        self.loss, self.n, self.units = self.loss + loss, self.n + 1, self.units + units
+
+    def mean_loss(self) -> float:
+        return self.loss / max(1, self.n)
+
+    def rate(self) -> float:
+        return self.units / max(1e-9, time.perf_counter() - self.started)
+
+
+def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype = torch.float32) -> Any:
+    """Move tensors (in tuples, lists, dicts) to ``device``; floating ones become ``float_dtype``."""
+    if isinstance(batch, torch.Tensor):
+        batch = batch.to(device, non_blocking=True)
+        return batch.to(float_dtype) if batch.is_floating_point() and batch.dtype != float_dtype else batch
+    if isinstance(batch, dict):
+        return {k: to_device(v, device, float_dtype) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device, float_dtype) for v in batch)
+    return batch
+
+
+def eprint(*parts: Any) -> None:
+    print(*parts, file=sys.stderr, flush=True)
