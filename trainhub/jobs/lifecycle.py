@@ -1,0 +1,74 @@
+"""What a worker does to a job: claim it, keep its lease, and record how it ended.
+
+Every write after the claim is fenced by ``lease_token``: a worker that lost its job
+(lease expired, job handed to another worker) can never write as the owner again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+
+from trainhub.jobs.models import Job, Status
+from trainhub.pools.models import Worker
+
+
+@dataclass
+class Outcome:
+    status: str  # succeeded | failed | cancelled | queued (interrupted through no fault of the job)
+    exit_code: int | None
+    reason: str
+
+
+def _lease_until():
+    return timezone.now() + timedelta(seconds=settings.TRAINHUB_LEASE_SECONDS)
+
+
+def job_claim(job_id: int, attempt: int, *, hostname: str, task_id: str = "") -> Job | None:
+    """Compare-and-set ``queued -> running`` for this attempt; None if someone else has it."""
+    job = Job.objects.select_related("pool").filter(pk=job_id).first()
+    if job is None or job.status != Status.QUEUED or job.attempt != attempt:
+        return None
+    worker = Worker.objects.filter(hostname=hostname).first()
+    token = job.lease_token + 1
+    won = job.transition(Status.RUNNING, reason=f"claimed by {hostname}", lease_token=token,
+                         lease_expires_at=_lease_until(), worker=worker, celery_task_id=task_id or job.celery_task_id,
+                         exit_code=None, error="")
+    return job if won else None
+
+
+def job_renew(job: Job) -> str | None:
+    """Extend the lease. Returns the job's status, or None if this worker no longer owns it."""
+    owned = Job.objects.filter(pk=job.pk, lease_token=job.lease_token, status__in=[Status.RUNNING, Status.CANCELLING])
+    if not owned.update(lease_expires_at=_lease_until()):
+        return None
+    return Job.objects.filter(pk=job.pk).values_list("status", flat=True).first()
+
+
+def job_finish(job: Job, outcome: Outcome) -> bool:
+    """Record the final status (or a retry) if this worker still holds the lease."""
+    current = Job.objects.filter(pk=job.pk, lease_token=job.lease_token).values_list("status", flat=True).first()
+    if current not in (Status.RUNNING, Status.CANCELLING):
+        return False
+    job.status = current
+    if current == Status.CANCELLING:
+        new = Status.CANCELLED if outcome.status != Status.SUCCEEDED else Status.SUCCEEDED
+        return job.transition(new, reason=outcome.reason, exit_code=outcome.exit_code)
+    interrupted = outcome.status == Status.QUEUED
+    retry = outcome.status == Status.FAILED and job.attempt <= int(job.spec.get("max_restarts", 0))
+    if interrupted or retry:
+        why = outcome.reason if interrupted else f"attempt {job.attempt} failed ({outcome.reason}); retrying"
+        won = job.transition(Status.QUEUED, reason=why,
+                             exit_code=outcome.exit_code, error=outcome.reason, attempt=F("attempt") + 1,
+                             lease_expires_at=None, worker=None)
+        if won:
+            job.refresh_from_db()
+            from trainhub.jobs.services import job_enqueue
+
+            job_enqueue(job)
+        return won
+    error = "" if outcome.status == Status.SUCCEEDED else outcome.reason
+    return job.transition(outcome.status, reason=outcome.reason, exit_code=outcome.exit_code, error=error)

@@ -1,0 +1,156 @@
+"""Jobs and their history. The status machine lives here and nowhere else."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models, transaction
+from django.utils import timezone
+
+from trainhub.pools.models import Worker, WorkerPool
+
+
+class IllegalTransition(Exception):
+    """A status change the machine does not allow (a programming error, not a race)."""
+
+
+class Status(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ACTIVE = (Status.QUEUED, Status.RUNNING, Status.CANCELLING)
+FINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+
+#: old status -> the statuses it may move to
+TRANSITIONS: dict[str, frozenset[str]] = {
+    Status.QUEUED: frozenset({Status.RUNNING, Status.CANCELLED, Status.FAILED}),
+    Status.RUNNING: frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLING, Status.QUEUED}),
+    Status.CANCELLING: frozenset({Status.CANCELLED, Status.SUCCEEDED, Status.FAILED}),
+    Status.SUCCEEDED: frozenset(),
+    Status.FAILED: frozenset(),
+    Status.CANCELLED: frozenset(),
+}
+
+
+class Job(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs")
+    name = models.CharField(max_length=200)
+    mode = models.CharField(max_length=20)
+    spec = models.JSONField(help_text="the validated job spec")
+    pool = models.ForeignKey(WorkerPool, on_delete=models.PROTECT, related_name="jobs")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    priority = models.IntegerField(default=0)
+    attempt = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    celery_task_id = models.CharField(max_length=64, blank=True)
+    worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
+    # Fencing: each claim gets a new token; only the holder of the current token may write.
+    lease_token = models.PositiveIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Progress as last reported by the runner.
+    step = models.PositiveIntegerField(default=0)
+    total_steps = models.PositiveIntegerField(default=0)
+    log_lines = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["owner", "-id"]),
+            models.Index(fields=["status", "pool"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def duration(self):
+        if not self.started_at:
+            return None
+        return (self.finished_at or timezone.now()) - self.started_at
+
+    @property
+    def progress(self) -> float | None:
+        if not self.total_steps:
+            return None
+        return min(1.0, self.step / self.total_steps)
+
+    def transition(self, new: str, *, reason: str = "", actor=None, expect: str | None = None,
+                   **fields) -> bool:
+        """Move from ``expect`` (default: the status this instance holds) to ``new``.
+
+        A compare-and-set on the row: returns False, changing nothing, when the row is no
+        longer in the expected status (someone else moved it first). Every successful
+        transition writes a ``JobEvent``. ``fields`` are updated in the same statement.
+        """
+        old = expect or self.status
+        if new not in TRANSITIONS.get(old, ()):
+            raise IllegalTransition(f"job {self.pk}: {old} -> {new} is not allowed")
+        now = timezone.now()
+        if new == Status.RUNNING:
+            fields.setdefault("started_at", now)
+        if new in FINAL:
+            fields.setdefault("finished_at", now)
+            fields.setdefault("lease_expires_at", None)
+        with transaction.atomic():
+            won = Job.objects.filter(pk=self.pk, status=old).update(status=new, **fields)
+            if not won:
+                self.refresh_from_db()
+                return False
+            JobEvent.objects.create(job_id=self.pk, old=old, new=new, reason=reason[:2000],
+                                    actor=actor if getattr(actor, "pk", None) else None, at=now)
+        self.status = new
+        for key, value in fields.items():
+            setattr(self, key, value)
+        return True
+
+
+class JobEvent(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    old = models.CharField(max_length=12, blank=True)
+    new = models.CharField(max_length=12)
+    reason = models.TextField(blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.old or '∅'} → {self.new}"
+
+
+class LogLine(models.Model):
+    """One line of one rank's output. ``seq`` is gap-free per job and unique."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    seq = models.PositiveBigIntegerField()
+    rank = models.SmallIntegerField(default=0)
+    stream = models.CharField(max_length=1, default="o", help_text="o = stdout, e = stderr, s = system")
+    text = models.TextField()
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "seq"], name="logline_job_seq")]
+
+
+class Metric(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    step = models.PositiveIntegerField()
+    name = models.CharField(max_length=100)
+    value = models.FloatField()
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "name", "step"], name="metric_job_name_step")]
+        indexes = [models.Index(fields=["job", "name", "step"])]

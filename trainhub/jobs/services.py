@@ -1,0 +1,91 @@
+"""Job services for the web, API and CLI: submit, cancel, clone. The status machine is on ``Job``."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from trainhub.jobs.models import Job, JobEvent, Status
+from trainhub.pools.models import WorkerPool, Workspace
+from workers.runner.config import JobSpec, SpecError, parse_spec
+
+log = logging.getLogger(__name__)
+
+RUN_JOB_TASK = "trainhub.run_job"
+
+
+def spec_validate(data: Any) -> tuple[JobSpec, WorkerPool]:
+    """Validate a spec mapping against the runner's model and this installation (pools, workspaces)."""
+    spec = parse_spec(data)
+    pool = WorkerPool.objects.filter(name=spec.pool).first()
+    if pool is None:
+        names = ", ".join(WorkerPool.objects.values_list("name", flat=True)) or "none exist yet"
+        raise SpecError({"pool": f"no pool named {spec.pool!r}; choose one of: {names}"})
+    if not pool.enabled:
+        raise SpecError({"pool": f"pool {pool.name!r} is disabled by an administrator; choose another pool"})
+    if spec.resources.gpus_per_node and pool.kind != WorkerPool.Kind.GPU:
+        raise SpecError({"resources.gpus_per_node": f"pool {pool.name!r} has no GPUs; set 0 or choose a GPU pool"})
+    if spec.script and not Workspace.objects.filter(name=spec.script.workspace).exists():
+        raise SpecError({"script.workspace": f"no workspace named {spec.script.workspace!r}; "
+                                             "ask an administrator to register it"})
+    return spec, pool
+
+
+def job_submit(*, owner, data: Any) -> Job:
+    """Validate, store as ``queued`` and enqueue after the transaction commits."""
+    spec, pool = spec_validate(data)
+    with transaction.atomic():
+        job = Job.objects.create(owner=owner, name=spec.name, mode=spec.mode, spec=spec.to_dict(),
+                                 pool=pool, priority=spec.priority)
+        JobEvent.objects.create(job=job, old="", new=Status.QUEUED, reason="submitted", actor=owner)
+        transaction.on_commit(lambda: job_enqueue(job))
+    return job
+
+
+def job_enqueue(job: Job) -> None:
+    """Send the run message to the pool's queue. The web never imports the task module."""
+    from workers.app import app
+
+    try:
+        result = app.send_task(RUN_JOB_TASK, args=[job.pk, job.attempt], queue=job.pool.queue)
+    except Exception:  # the broker is down: the job stays queued and is re-sent by reconcile
+        log.exception("could not enqueue job %s; it stays queued", job.pk)
+        return
+    Job.objects.filter(pk=job.pk).update(celery_task_id=result.id)
+
+
+def job_cancel(job: Job, *, actor=None, reason: str = "cancelled by user") -> bool:
+    """Cancel a queued job at once, or ask the worker to stop a running one. Idempotent."""
+    for _ in range(3):  # the status may move underneath us; retry on the fresh row
+        if job.status == Status.QUEUED:
+            if job.transition(Status.CANCELLED, reason=reason, actor=actor):
+                return True
+        elif job.status == Status.RUNNING:
+            if job.transition(Status.CANCELLING, reason=reason, actor=actor):
+                return True
+        else:
+            return False
+    return False
+
+
+def job_clone_spec(job: Job) -> dict[str, Any]:
+    spec = dict(job.spec)
+    spec["name"] = f"{job.name}-copy"[:200]
+    return spec
+
+
+def jobs_visible_to(user):
+    qs = Job.objects.select_related("pool", "owner")
+    return qs if user.is_staff else qs.filter(owner=user)
+
+
+def job_requeue_lost(now=None) -> int:
+    """Re-send queued jobs whose message was never sent (broker was down at submit)."""
+    now = now or timezone.now()
+    count = 0
+    for job in Job.objects.filter(status=Status.QUEUED, celery_task_id="").select_related("pool")[:500]:
+        job_enqueue(job)
+        count += 1
+    return count

@@ -1,0 +1,35 @@
+"""Start a Celery worker bound to one pool's queue (works on any host that reaches the DB and Redis)."""
+import os
+import socket
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from trainhub.pools.models import WorkerPool
+
+
+class Command(BaseCommand):
+    help = "Run a TrainHub worker for a pool: python manage.py runworker --pool cpu"
+
+    def add_arguments(self, parser):
+        parser.add_argument("--pool", default="cpu", help="worker pool name (see the admin)")
+        parser.add_argument("--slots", type=int, default=1, help="jobs this worker runs at once")
+        parser.add_argument("--name", default="", help="Celery node name (default POOL@HOSTNAME)")
+        parser.add_argument("--loglevel", default="INFO")
+
+    def handle(self, *args, pool, slots, name, loglevel, **options):
+        found = WorkerPool.objects.filter(name=pool).first()
+        if found is None:
+            names = ", ".join(WorkerPool.objects.values_list("name", flat=True)) or "none"
+            raise CommandError(f"no pool named {pool!r} (existing: {names}); create it in the admin first")
+        if slots < 1:
+            raise CommandError("--slots must be at least 1")
+        node = name or f"{found.name}@{socket.gethostname()}"
+        env = {**os.environ, "TRAINHUB_POOL": found.name, "REDIS_URL": settings.REDIS_URL}
+        argv = [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", found.queue, "-n", node,
+                "--pool", "threads", "-c", str(slots), "--loglevel", loglevel, "--without-gossip",
+                "--without-mingle"]
+        self.stdout.write(f"worker {node} for pool {found.name} (queue {found.queue}, {slots} slot(s))")
+        self.stdout.flush()
+        os.execve(sys.executable, argv, env)
