@@ -87,6 +87,8 @@ class Runner:
         self.log(f"{spec.name}: mode {spec.mode}, strategy {s.name}, {s.world_size} rank(s), "
                  f"{self.total_steps} steps ({self.steps_per_epoch}/epoch)"
                  + (f", resumed at step {resumed}" if resumed is not None else ""))
+        print(f"rank {s.rank}/{s.world_size} ready on {self.device}: {self.sampler.num_samples} training "
+              f"{'rows' if wl.unit == 'samples' else 'examples'} per epoch", flush=True)
         self.model.train()
         window = Window()
         while self.step < self.total_steps and self.epoch < spec.train.epochs:
