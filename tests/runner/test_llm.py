@@ -121,8 +121,9 @@ def test_completion_only_masks_the_prompt_tokens(tmp_path, pairs_file):
     n_prompt = len(tok("Add: 0 + 0 =", add_special_tokens=False)["input_ids"])
     assert (row["labels"][:n_prompt] == IGNORE).all()
     assert tok.decode(row["labels"][n_prompt:].tolist()) == " 0<|endoftext|>"
-    batch = next(iter(loader(w, train_set)))
+    batch = next(iter(loader(w, train_set, batch_size=len(train_set))))  # one- and two-digit sums
     pad = batch["attention_mask"] == 0
+    assert pad.any()
     assert (batch["labels"][pad] == IGNORE).all()
     loss, units = w.loss(w.model(), batch)
     assert torch.isfinite(loss) and units == int(batch["attention_mask"].sum())

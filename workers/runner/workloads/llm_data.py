@@ -186,8 +186,15 @@ class PromptResponse(Dataset):
 
 
 def pad_collate(batch: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad a list of examples; padding is masked out of attention and loss."""
+    """Right-pad a list of examples; padding is masked out of attention and loss.
+
+    Equal-length batches (packed blocks) get no attention mask, so SDPA can take its
+    causal flash path without inspecting a mask.
+    """
     width = max(b["input_ids"].shape[0] for b in batch)
+    if all(b["input_ids"].shape[0] == width for b in batch):
+        return {"input_ids": torch.stack([b["input_ids"] for b in batch]),
+                "labels": torch.stack([b["labels"] for b in batch])}
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
