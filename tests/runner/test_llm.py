@@ -109,6 +109,9 @@ def test_the_byte_tokenizer_round_trips_any_text(tmp_path):
     text = "Grüße, 世界 🌍\ttabs\r\n<|endoftext|>"
     assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
     assert len(tok) == 258
+    from workers.runner.workloads.llm_data import encode
+
+    assert encode(tok, text * 3) == tok(text * 3, add_special_tokens=False)["input_ids"]  # the fast path agrees
 
 
 def test_completion_only_masks_the_prompt_tokens(tmp_path, pairs_file):

@@ -22,6 +22,7 @@ DEMO_PAIRS = CORPUS_DIR / "instructions.jsonl"
 TEXT_SUFFIXES = (".txt", ".md", ".jsonl")
 EOS, PAD = "<|endoftext|>", "<|pad|>"
 IGNORE = -100
+CHUNK = 1 << 16  # characters per piece when encoding long texts in parallel
 
 
 # ---------------------------------------------------------------- reading files
@@ -111,7 +112,23 @@ def byte_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([EOS, PAD])
-    return _wrap(tok)
+    wrapped = _wrap(tok)
+    # byte -> id, so long texts skip the regex pre-tokenizer (see ``encode``)
+    wrapped.byte_table = torch.tensor([vocab[c] for c in _byte_chars()], dtype=torch.long)
+    return wrapped
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2's byte -> printable character map, the one ByteLevel uses."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int):
@@ -142,8 +159,30 @@ def load_tokenizer(path: Path):
 
 
 def encode(tok, text: str) -> list[int]:
-    """Token ids of ``text`` with EOS markers mapped to the EOS id, no BOS added."""
-    return tok(text, add_special_tokens=False)["input_ids"]
+    """Token ids of ``text`` with EOS markers mapped to the EOS id, no BOS added.
+
+    Long texts are cut at line breaks into chunks that the Rust tokenizer encodes in
+    parallel; the byte tokenizer maps bytes through a table instead.
+    """
+    table = getattr(tok, "byte_table", None)
+    if table is not None:
+        ids: list[int] = []
+        for i, piece in enumerate(text.split(EOS)):
+            if i:
+                ids.append(tok.eos_token_id)
+            raw = torch.frombuffer(bytearray(piece.encode("utf-8")), dtype=torch.uint8) if piece else None
+            if raw is not None:
+                ids.extend(table[raw.long()].tolist())
+        return ids
+    if len(text) < CHUNK:
+        return tok(text, add_special_tokens=False)["input_ids"]
+    chunks, start = [], 0
+    while start < len(text):
+        end = text.find("\n", start + CHUNK)
+        end = len(text) if end < 0 else end + 1
+        chunks.append(text[start:end])
+        start = end
+    return [i for row in tok(chunks, add_special_tokens=False)["input_ids"] for i in row]
 
 
 # ---------------------------------------------------------------- datasets
