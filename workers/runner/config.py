@@ -207,6 +207,9 @@ def _runner_checks(spec: "JobSpec") -> dict[str, str]:
         if entry.startswith("/") or ".." in entry.split("/") or ":" in entry:
             errors["script.entry"] = ("must be a relative path or module inside the workspace "
                                       "(no '..', not absolute), e.g. train.py or pkg.train")
+        if spec.script.launcher == "python" and spec.world_size > 1:
+            errors["script.launcher"] = ("python starts one process; use torchrun (or deepspeed) for "
+                                         "several, or set resources to one process")
     ds = spec.deepspeed
     if ds is not None:
         if ds.offload_params and ds.zero_stage != 3:
