@@ -40,6 +40,7 @@ class Result:
 
 
 def write_spec(tmp_path: Path, spec: dict, name: str = "job.yaml") -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / name
     path.write_text(yaml.safe_dump(spec), encoding="utf-8")
     return path

@@ -1,0 +1,70 @@
+"""DDP and DeepSpeed with two real ranks, launched by ``launch.argv`` through torchrun."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.runner.conftest import run_job
+from workers.launch import RANK_LINE
+
+pytestmark = pytest.mark.slow
+
+
+def _spec(mode: str, **extra) -> dict:
+    return {
+        "name": f"{mode}-test", "mode": mode,
+        "resources": {"procs_per_node": 2},
+        "data": {"dataset": "digits", "batch_size": 32},
+        "model": {"name": "mlp", "hidden": 64},
+        "train": {"epochs": 2, "lr": 0.003, "seed": 0, "grad_accum_steps": 2, "max_grad_norm": 1.0,
+                  "log_every_steps": 5},
+        "checkpoint": {"every_steps": 10, "keep_last": 1},
+        **extra,
+    }
+
+
+def _ranks_seen(stdout: str) -> set[int]:
+    return {int(m.group(1)) for line in stdout.splitlines() if (m := RANK_LINE.match(line))}
+
+
+def test_ddp_on_two_ranks_tags_every_line_with_its_rank_and_learns(tmp_path):
+    result = run_job(_spec("ddp"), tmp_path)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _ranks_seen(result.stdout) == {0, 1}
+    assert all(RANK_LINE.match(line) for line in result.stdout.splitlines() if line.strip())
+    assert "[rank1]: rank 1/2 ready on cpu" in result.stdout
+    assert result.of_type("start")[0]["world_size"] == 2
+    assert result.metrics()[-1]["val_acc"] > 0.8
+
+
+def test_ddp_writes_one_checkpoint_and_one_event_stream_from_rank_zero(tmp_path):
+    result = run_job(_spec("ddp"), tmp_path)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(result.of_type("start")) == 1 and len(result.of_type("end")) == 1
+    [ckpt] = (result.run_dir / "checkpoints").iterdir()
+    files = sorted(p.name for p in ckpt.iterdir())
+    assert files == ["config.resolved.yaml", "rng-rank0.pt", "rng-rank1.pt", "state.pt"]
+    assert all("[rank1]: checkpoint" not in line for line in result.stdout.splitlines())
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_zero_on_two_ranks_trains_and_every_rank_saves_its_shard(tmp_path, stage):
+    spec = _spec("deepspeed", deepspeed={"zero_stage": stage, "overrides": {"zero_optimization": {
+        "reduce_bucket_size": 500000}}})
+    result = run_job(spec, tmp_path)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _ranks_seen(result.stdout) == {0, 1}
+    assert result.metrics()[-1]["val_acc"] > 0.8
+    resolved = json.loads((result.run_dir / "deepspeed.json").read_text())
+    assert resolved["zero_optimization"] == {"stage": stage, "reduce_bucket_size": 500000}
+    assert resolved["train_batch_size"] == 32 * 2 * 2
+    [ckpt] = (result.run_dir / "checkpoints").iterdir()
+    shards = sorted(p.name for p in (ckpt / "engine").glob("*optim_states.pt"))
+    assert len(shards) == 2, shards
+    weights = torch.load(result.run_dir / "model.pt")
+    assert weights["0.weight"].shape == (64, 64), "ZeRO-3 parameters are gathered for export"

@@ -1,0 +1,50 @@
+"""Resume: a run continued from a mid-run checkpoint ends exactly where an uninterrupted one does."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from tests.runner.conftest import run_job
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_run_resumed_from_a_mid_run_checkpoint_ends_with_identical_weights_and_loss(tmp_path):
+    spec = {
+        "name": "resume",
+        "data": {"dataset": "digits", "batch_size": 32},
+        "model": {"name": "mlp", "hidden": 32},
+        "train": {"epochs": 2, "lr": 0.003, "seed": 1, "grad_accum_steps": 2, "max_grad_norm": 1.0,
+                  "scheduler": "cosine", "warmup_steps": 5, "log_every_steps": 5},
+        "checkpoint": {"every_steps": 10, "keep_last": 10},
+    }
+    whole = run_job(spec, tmp_path / "a", run_dir=tmp_path / "a" / "run")
+    assert whole.returncode == 0, whole.stderr
+    steps_per_epoch = whole.of_type("start")[0]["steps_per_epoch"]
+    assert 10 < steps_per_epoch < 30, "step 30 must fall inside the second epoch"
+
+    # a run that was stopped at step 30: its run dir holds only what existed then
+    resumed_dir = tmp_path / "b" / "run"
+    shutil.copytree(whole.run_dir / "checkpoints" / "step-30", resumed_dir / "checkpoints" / "step-30")
+    resumed = run_job(spec, tmp_path / "b", run_dir=resumed_dir)
+
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.of_type("resume")[0]["step"] == 30
+    assert resumed.of_type("start")[0]["resumed_from"] == 30
+    assert "resumed at step 30" in resumed.stdout
+    assert resumed.metrics()[-1]["val_loss"] == whole.metrics()[-1]["val_loss"]
+    assert resumed.metrics()[-1]["train_loss"] == whole.metrics()[-1]["train_loss"]
+    a, b = torch.load(whole.run_dir / "model.pt"), torch.load(resumed_dir / "model.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_half_written_checkpoint_is_never_resumed_from(tmp_path, digits_spec):
+    digits_spec["train"].update(epochs=1)
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / ".tmp-step-999").mkdir(parents=True)  # a crash mid-write
+    result = run_job(digits_spec, tmp_path, run_dir=run_dir)
+
+    assert result.returncode == 0, result.stderr
+    assert result.of_type("start")[0]["resumed_from"] is None
