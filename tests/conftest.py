@@ -75,7 +75,8 @@ def live_settings(settings, redis_server, tmp_path):
     from workers.app import app
 
     app.conf.broker_url = redis_server.url
-    app.pool.force_close_all()
+    app._pool = None  # connect afresh to this test's broker
+    app.amqp._producer_pool = None
     logs.redis_client.cache_clear()
     yield settings
     logs.redis_client.cache_clear()

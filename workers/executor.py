@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import re
 import signal
 import threading
 import time
@@ -25,10 +24,8 @@ from workers.runner.config import dump_yaml, parse_spec
 from workers.runner.report import read_events
 
 log = logging.getLogger(__name__)
-RANK_TAG = re.compile(r"^\[rank(\d+)\]:\s?")
 MAX_LINE = 16_384
 BATCH_SECONDS = 0.05
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 #: set when the worker is shutting down: running jobs stop and go back to the queue
 SHUTDOWN = threading.Event()
 
@@ -49,7 +46,7 @@ def _pump(pipe, stream: str, out: queue.Queue) -> None:
     for raw in iter(pipe.readline, b""):
         text = _split_line(raw)
         rank = 0
-        match = RANK_TAG.match(text)
+        match = launch.RANK_LINE.match(text)
         if match:
             rank, text = int(match.group(1)), text[match.end():]
         out.put((rank, stream, text))
@@ -103,11 +100,12 @@ class Execution:
         if self.spec.script:
             workspace_dir = Path(Workspace.objects.get(name=self.spec.script.workspace).path)
         argv = launch.argv(self.spec, config_path, self.run_dir, workspace_dir=workspace_dir)
-        env = {**os.environ, **launch.env(self.spec, self.run_dir), "PYTHONPATH": str(PROJECT_ROOT)}
-        for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "TRAINHUB_SECRET_KEY"):
+        env = launch.env(self.spec, self.run_dir, workspace_dir=workspace_dir)
+        for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "TRAINHUB_SECRET_KEY", "REDIS_URL"):
             env.pop(name, None)  # training code gets no access to the dashboard's secrets
         self.system(f"attempt {self.job.attempt}: starting {' '.join(argv)}")
-        self.proc = Popen(argv, stdout=PIPE, stderr=PIPE, cwd=self.run_dir, env=env, start_new_session=True)
+        self.proc = Popen(argv, stdout=PIPE, stderr=PIPE, cwd=launch.cwd(self.spec, self.run_dir, workspace_dir),
+                          env=env, start_new_session=True)
         for pipe, stream in ((self.proc.stdout, "o"), (self.proc.stderr, "e")):
             reader = threading.Thread(target=_pump, args=(pipe, stream, self.lines), daemon=True)
             reader.start()

@@ -1,7 +1,7 @@
 """REST API: token (Bearer) or session auth. Schema at /api/openapi.json."""
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
-from ninja import NinjaAPI, Query
+from ninja import Body, NinjaAPI, Query, Status
 from ninja.security import HttpBearer, django_auth
 
 from trainhub.api.models import ApiToken
@@ -32,9 +32,9 @@ def _job(request, job_id: int):
 
 
 @api.post("/jobs", response={201: Created, 422: SpecErrors}, summary="Submit a job spec")
-def create_job(request, spec: dict):
+def create_job(request, spec: dict = Body(..., description="the job spec (see docs/SPEC.md)")):
     job = job_submit(owner=request.auth, data=spec)
-    return 201, {"id": job.pk, "status": job.status, "url": f"/jobs/{job.pk}"}
+    return Status(201, {"id": job.pk, "status": job.status, "url": f"/jobs/{job.pk}"})
 
 
 @api.get("/jobs", response=JobPage, summary="List jobs, newest first (keyset paginated)")
