@@ -22,6 +22,25 @@ def install() -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _handle)
         signal.signal(signal.SIGINT, _handle)
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        _die_with_launcher()
+
+
+def _die_with_launcher() -> None:
+    """torchrun starts each rank in a session of its own, so a signal to the job's process
+    group reaches only torchrun; if torchrun is killed outright the ranks would live on.
+    Ask Linux to send us SIGTERM when our parent dies (checkpoint, then exit)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the launcher died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def requested() -> bool:
