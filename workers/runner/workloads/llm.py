@@ -139,7 +139,17 @@ class LLMWorkload(Workload):
 
     def model(self) -> torch.nn.Module:
         """A Llama/GPT-2 built from the size preset, or ``base_model`` loaded; SDPA attention."""
-        return lm.create(self.llm, self.tokenizer)
+        device = None
+        if self.spec.resources.gpus_per_node and torch.cuda.is_available():
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        return lm.create(self.llm, self.tokenizer, device)
+
+    def _eager(self):
+        # Evaluation (no grad) and sampling (growing lengths) would each trigger fresh
+        # compilations of the blocks for a handful of calls; run them eagerly instead.
+        if self.llm.compile and hasattr(torch.compiler, "set_stance"):
+            return torch.compiler.set_stance("force_eager")
+        return contextlib.nullcontext()
 
     def _autocast(self, device: torch.device):
         if self.llm.precision != "bf16":
@@ -166,11 +176,12 @@ class LLMWorkload(Workload):
         was_training = model.training
         model.eval()
         total, count = 0.0, 0
-        for batch in batches:
-            n = int((batch["labels"][:, 1:] != data.IGNORE).sum())
-            if n:
-                total += float(self._forward(model, batch)) * n
-                count += n
+        with self._eager():
+            for batch in batches:
+                n = int((batch["labels"][:, 1:] != data.IGNORE).sum())
+                if n:
+                    total += float(self._forward(model, batch)) * n
+                    count += n
         model.train(was_training)
         if not count:
             return {}
@@ -189,7 +200,7 @@ class LLMWorkload(Workload):
         was_training = model.training
         model.eval()
         gen = torch.Generator(device=device).manual_seed(self.spec.train.seed)
-        with torch.no_grad(), self._autocast(device):
+        with torch.no_grad(), self._autocast(device), self._eager():
             for _ in range(tokens):
                 logits = model(input_ids=ids[:, -self.llm.seq_len:]).logits[:, -1].float()
                 logits[..., len(tok):] = -float("inf")  # padded vocab rows are never tokens

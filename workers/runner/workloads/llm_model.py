@@ -1,6 +1,7 @@
 """Causal LM construction for the LLM workload: size presets, configs, LoRA, merging."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -53,8 +54,12 @@ def build_config(llm, vocab_size: int, tok):
                        tie_word_embeddings=dims["d_model"] < 1024, use_cache=False, **ids)
 
 
-def create(llm, tok):
-    """A fresh model from the config, or the local ``base_model`` checkpoint, with SDPA."""
+def create(llm, tok, device: torch.device | None = None):
+    """A fresh model from the config, or the local ``base_model`` checkpoint, with SDPA.
+
+    ``device`` is where a fresh model is initialised (a GPU initialises 1B parameters in
+    a blink where a CPU takes many seconds); the strategy moves it where it belongs anyway.
+    """
     from transformers import AutoModelForCausalLM
 
     if llm.base_model:
@@ -63,8 +68,9 @@ def create(llm, tok):
         if model.get_input_embeddings().num_embeddings < len(tok):
             model.resize_token_embeddings(len(tok))
     else:
-        model = AutoModelForCausalLM.from_config(build_config(llm, len(tok), tok),
-                                                 attn_implementation="sdpa")
+        with device or contextlib.nullcontext():
+            model = AutoModelForCausalLM.from_config(build_config(llm, len(tok), tok),
+                                                     attn_implementation="sdpa")
     model.config.use_cache = False
     if llm.gradient_checkpointing:
         kwargs = {"use_reentrant": False}
