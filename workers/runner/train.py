@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import sys
 import time
 from typing import Any
 
@@ -100,7 +99,7 @@ class Runner:
                 with contextlib.nullcontext() if boundary else s.no_sync():
                     loss, units = wl.loss(self.model, batch)
                     s.backward(loss)
-                window.add(float(loss.detach()), units)
+                window.add(loss.detach(), units)
                 self.micro += 1
                 if boundary:
                     self._after_step(s.step(), window)
@@ -236,7 +235,8 @@ class ResumableSampler(DistributedSampler):
 
 
 class Window:
-    """Loss and throughput since the last log line."""
+    """Loss and throughput since the last log line (the loss stays a tensor until logged, so
+    a GPU is not synchronised every micro-batch)."""
 
     def __init__(self):
         self.reset()
@@ -244,11 +244,11 @@ class Window:
     def reset(self) -> None:
         self.loss, self.n, self.units, self.started = 0.0, 0, 0, time.perf_counter()
 
-    def add(self, loss: float, units: int) -> None:
-        self.loss, self.n, self.units = self.loss + loss, self.n + 1, self.units + units
+    def add(self, loss: torch.Tensor, units: int) -> None:
+        self.loss, self.n, self.units = self.loss + loss.float(), self.n + 1, self.units + units
 
     def mean_loss(self) -> float:
-        return self.loss / max(1, self.n)
+        return float(self.loss) / max(1, self.n)
 
     def rate(self) -> float:
         return self.units / max(1e-9, time.perf_counter() - self.started)
@@ -265,6 +265,3 @@ def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype = torch
         return type(batch)(to_device(v, device, float_dtype) for v in batch)
     return batch
 
-
-def eprint(*parts: Any) -> None:
-    print(*parts, file=sys.stderr, flush=True)
