@@ -63,6 +63,8 @@ class LogPage(Schema):
     lines: list[LogLineOut]
     next_after: int
     job_status: str
+    step: int
+    total_steps: int
 
 
 class MetricPoint(Schema):
@@ -72,3 +74,53 @@ class MetricPoint(Schema):
 
 class Metrics(Schema):
     series: dict[str, list[MetricPoint]]
+
+
+class FileOut(Schema):
+    path: str
+    size: int
+    modified: datetime
+
+
+class CheckpointOut(Schema):
+    name: str
+    step: int
+    path: str
+    size: int
+    modified: datetime
+    files: list[str]
+
+
+class TemplateIn(Schema):
+    name: str
+    description: str = ""
+    spec: dict[str, Any]
+    replace: bool = False
+
+
+class TemplateOut(Schema):
+    id: int
+    name: str
+    description: str
+    spec: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+class WorkerOut(Schema):
+    hostname: str
+    online: bool
+    last_heartbeat: datetime
+    info: dict[str, Any]
+
+
+class PoolOut(Schema):
+    name: str
+    kind: str
+    enabled: bool
+    description: str
+    queued: int
+    running: int
+    workers_online: int
+    queue: str | None = None
+    workers: list[WorkerOut] | None = None

@@ -1,14 +1,15 @@
 """REST API: token (Bearer) or session auth. Schema at /api/openapi.json."""
 from django.http import HttpRequest
-from django.shortcuts import get_object_or_404
 from ninja import Body, NinjaAPI, Query, Status
 from ninja.security import HttpBearer, django_auth
 
+from trainhub.api import errors, files, pools, templates_api
 from trainhub.api.models import ApiToken
 from trainhub.api.schemas import Created, JobOut, JobPage, LogPage, Message, Metrics, SpecErrors
+from trainhub.api.views_common import job_for
 from trainhub.jobs import logs
+from trainhub.jobs.models import Status as JobStatus
 from trainhub.jobs.services import job_cancel, job_submit, jobs_visible_to
-from workers.runner.config import SpecError
 
 
 class BearerToken(HttpBearer):
@@ -20,15 +21,11 @@ class BearerToken(HttpBearer):
 
 
 api = NinjaAPI(title="TrainHub API", version="1", auth=[BearerToken(), django_auth], urls_namespace="api")
-
-
-@api.exception_handler(SpecError)
-def _spec_error(request, exc: SpecError):
-    return api.create_response(request, {"detail": "invalid job spec", "errors": exc.errors}, status=422)
-
-
-def _job(request, job_id: int):
-    return get_object_or_404(jobs_visible_to(request.auth), pk=job_id)
+errors.install(api)
+api.add_router("", files.router)
+api.add_router("", templates_api.router)
+api.add_router("", pools.router)
+_job = job_for
 
 
 @api.post("/jobs", response={201: Created, 422: SpecErrors}, summary="Submit a job spec")
@@ -38,10 +35,20 @@ def create_job(request, spec: dict = Body(..., description="the job spec (see do
 
 
 @api.get("/jobs", response=JobPage, summary="List jobs, newest first (keyset paginated)")
-def list_jobs(request, status: str | None = None, before: int | None = None, limit: int = Query(50, ge=1, le=500)):
+def list_jobs(request, status: JobStatus | None = None, mode: str | None = None, pool: str | None = None,
+              owner: str | None = None, q: str | None = Query(None, max_length=200, description="name contains"),
+              before: int | None = None, limit: int = Query(50, ge=1, le=500)):
     qs = jobs_visible_to(request.auth)
     if status:
         qs = qs.filter(status=status)
+    if mode:
+        qs = qs.filter(mode=mode)
+    if pool:
+        qs = qs.filter(pool__name=pool)
+    if owner:
+        qs = qs.filter(owner__username=owner)
+    if q:
+        qs = qs.filter(name__icontains=q)
     if before:
         qs = qs.filter(pk__lt=before)
     items = list(qs.order_by("-pk")[:limit])
@@ -66,7 +73,7 @@ def job_logs(request, job_id: int, after: int = -1, limit: int = Query(1000, ge=
     job = _job(request, job_id)
     lines = logs.read_lines(job.pk, after=after, limit=limit)
     return {"lines": [l._asdict() for l in lines], "next_after": lines[-1].seq if lines else after,
-            "job_status": job.status}
+            "job_status": job.status, "step": job.step, "total_steps": job.total_steps}
 
 
 @api.get("/jobs/{job_id}/metrics", response=Metrics)

@@ -154,3 +154,21 @@ class Metric(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["job", "name", "step"], name="metric_job_name_step")]
         indexes = [models.Index(fields=["job", "name", "step"])]
+
+
+class JobTemplate(models.Model):
+    """A named, validated spec a user can start new jobs from (in the form, the API or the CLI)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="job_templates")
+    name = models.CharField(max_length=100)
+    description = models.CharField(max_length=300, blank=True)
+    spec = models.JSONField(help_text="the validated job spec")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["owner", "name"], name="jobtemplate_owner_name")]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,41 @@
+"""Checkpoints and artifacts of a job: list and download, never outside the job's run directory."""
+from __future__ import annotations
+
+from django.http import FileResponse, StreamingHttpResponse
+from ninja import Router
+from ninja.errors import HttpError
+
+from trainhub.api import rundir
+from trainhub.api.schemas import CheckpointOut, FileOut, Message
+from trainhub.api.views_common import job_for
+
+router = Router(tags=["files"])
+
+
+@router.get("/jobs/{job_id}/checkpoints", response=list[CheckpointOut], summary="A job's checkpoints, newest first")
+def list_checkpoints(request, job_id: int):
+    return rundir.checkpoints(job_for(request, job_id).pk)
+
+
+@router.get("/jobs/{job_id}/artifacts", response=list[FileOut],
+            summary="A job's files outside checkpoints/ (models, metrics, resolved config)")
+def list_artifacts(request, job_id: int):
+    return rundir.artifacts(job_for(request, job_id).pk)
+
+
+@router.get("/jobs/{job_id}/files/{path:path}", response={200: None, 400: Message, 404: Message},
+            summary="Download one file, or a directory (e.g. a checkpoint) as a tar archive")
+def download(request, job_id: int, path: str):
+    job = job_for(request, job_id)
+    try:
+        target = rundir.resolve(rundir.run_dir(job.pk), path)
+    except rundir.BadPath as exc:
+        raise HttpError(400, f"refused path {path[:200]!r}: {exc}") from None
+    if target is None:
+        raise HttpError(404, f"job {job.pk} has no file {path[:200]!r}; list them with /artifacts or /checkpoints")
+    if target.is_dir():
+        name = f"job-{job.pk}-{target.name}"
+        response = StreamingHttpResponse(rundir.tar_stream(target, name), content_type="application/x-tar")
+        response["Content-Disposition"] = f'attachment; filename="{name}.tar"'
+        return response
+    return FileResponse(target.open("rb"), as_attachment=True, filename=target.name)
