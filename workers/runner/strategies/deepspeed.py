@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import warnings
 
 import torch
 
@@ -25,6 +26,9 @@ class DeepSpeedStrategy(Strategy):
 
     @classmethod
     def init_distributed(cls, args) -> None:
+        # DeepSpeed 0.19 calls collectives torch 2.13 renamed; the warning repeats every step
+        warnings.filterwarnings("ignore", message=r".*torch\.distributed\.(all_gather_into_tensor|"
+                                r"reduce_scatter_tensor)` is deprecated", category=FutureWarning)
         if _on_cpu(args):
             os.environ["DS_ACCELERATOR"] = "cpu"
         import deepspeed
