@@ -8,6 +8,7 @@ import logging
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -104,7 +105,8 @@ class Execution:
         for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "TRAINHUB_SECRET_KEY", "REDIS_URL"):
             env.pop(name, None)  # training code gets no access to the dashboard's secrets
         self.system(f"attempt {self.job.attempt}: starting {' '.join(argv)}")
-        self.proc = Popen(argv, stdout=PIPE, stderr=PIPE, cwd=launch.cwd(self.spec, self.run_dir, workspace_dir),
+        guarded = [sys.executable, "-m", "workers.guard", str(os.getpid()), "--", *argv]
+        self.proc = Popen(guarded, stdout=PIPE, stderr=PIPE, cwd=launch.cwd(self.spec, self.run_dir, workspace_dir),
                           env=env, start_new_session=True)
         for pipe, stream in ((self.proc.stdout, "o"), (self.proc.stderr, "e")):
             reader = threading.Thread(target=_pump, args=(pipe, stream, self.lines), daemon=True)

@@ -72,3 +72,25 @@ def job_finish(job: Job, outcome: Outcome) -> bool:
         return won
     error = "" if outcome.status == Status.SUCCEEDED else outcome.reason
     return job.transition(outcome.status, reason=outcome.reason, exit_code=outcome.exit_code, error=error)
+
+
+def jobs_reconcile(now=None) -> int:
+    """Recover jobs whose worker stopped renewing the lease (killed, host lost).
+
+    Any worker may run this; every step is a compare-and-set fenced by the lease token, so
+    concurrent reconcilers and a late-waking owner cannot double-handle a job. Returns how
+    many jobs were recovered.
+    """
+    now = now or timezone.now()
+    recovered = 0
+    expired = Job.objects.filter(status__in=[Status.RUNNING, Status.CANCELLING], lease_expires_at__lt=now)
+    for job in expired.select_related("pool")[:200]:
+        stale = Job.objects.filter(pk=job.pk, lease_token=job.lease_token, lease_expires_at__lt=now)
+        # Take the lease away first: the old owner's writes stop matching its token.
+        if not stale.update(lease_token=F("lease_token") + 1):
+            continue
+        job.refresh_from_db()
+        reason = f"worker {job.worker.hostname if job.worker else '?'} stopped renewing the lease"
+        if job_finish(job, Outcome(Status.FAILED, None, f"lost worker: {reason}")):
+            recovered += 1
+    return recovered

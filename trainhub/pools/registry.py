@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+import logging
 import threading
 
 from django.db import close_old_connections
@@ -10,7 +11,8 @@ from django.utils import timezone
 
 from trainhub.pools.models import Worker, WorkerPool
 
-HEARTBEAT_SECONDS = 15
+log = logging.getLogger(__name__)
+HEARTBEAT_SECONDS = int(os.environ.get("TRAINHUB_HEARTBEAT_SECONDS", "10"))
 
 
 def host_info() -> dict:
@@ -38,13 +40,16 @@ def worker_offline(hostname: str) -> None:
 
 
 def _beat(hostname: str) -> None:
+    from trainhub.jobs.lifecycle import jobs_reconcile
+
     stop = threading.Event()
     while not stop.wait(HEARTBEAT_SECONDS):
         close_old_connections()
         try:
             Worker.objects.filter(hostname=hostname).update(last_heartbeat=timezone.now())
+            jobs_reconcile()
         except Exception:  # the database is briefly away: try again next beat
-            continue
+            log.warning("heartbeat of %s failed; retrying", hostname, exc_info=True)
 
 
 def online_workers(pool: WorkerPool):

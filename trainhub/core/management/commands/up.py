@@ -72,7 +72,7 @@ class Command(BaseCommand):
         if not binary.exists() and shutil.which("redis-server"):
             binary = Path(shutil.which("redis-server"))
         self._spawn("redis", [str(binary), "--bind", "127.0.0.1", "--port", port, "--dir", str(data),
-                              "--appendonly", "yes", "--save", "60 1"], os.environ)
+                              "--appendonly", "yes", "--save", "60 1", "--logfile", str(data / "redis.log")], os.environ)
         url = f"redis://127.0.0.1:{port}/0"
         import redis
 

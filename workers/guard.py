@@ -1,0 +1,45 @@
+"""Stands between a worker and a job's process group: if the worker dies, the job dies.
+
+``python -m workers.guard WORKER_PID -- CMD...`` runs CMD in the guard's process group
+(the executor starts the guard as a session leader). When the worker process disappears —
+SIGKILL, OOM, a lost host — the guard is re-parented, notices, and SIGTERMs then SIGKILLs the
+whole group, so no rank, launcher or data-loader worker outlives its worker. The guard's
+exit status mirrors CMD's, signals included.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+GRACE_SECONDS = float(os.environ.get("TRAINHUB_GUARD_GRACE_SECONDS", "5"))
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] != "--":
+        sys.stderr.write("usage: python -m workers.guard WORKER_PID -- CMD...\n")
+        return 2
+    worker = int(argv[0])
+    # SIGTERM to the group is for the job's processes; the guard waits for them to exit.
+    # A handler (not SIG_IGN) so that the child starts with the default disposition.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    child = subprocess.Popen(argv[2:])
+    while child.poll() is None:
+        if os.getppid() != worker:
+            os.killpg(0, signal.SIGTERM)
+            deadline = time.monotonic() + GRACE_SECONDS
+            while child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            os.killpg(0, signal.SIGKILL)
+        time.sleep(0.2)
+    code = child.returncode
+    if code < 0:  # die of the same signal, so the executor reports it truthfully
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
