@@ -1,0 +1,3 @@
+from trainhub.cli import main
+
+main()
