@@ -9,5 +9,6 @@ urlpatterns = [
     path("logout", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("tokens/", include("trainhub.api.urls")),
     path("", include("trainhub.jobs.urls")),
 ]

@@ -1,0 +1,41 @@
+"""Pages for API tokens: list yours, create one (shown once), revoke."""
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
+
+from trainhub.api.models import ApiToken
+
+
+def _tokens(user):
+    return ApiToken.objects.filter(user=user).order_by("revoked_at", "-created_at")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def token_list(request: HttpRequest) -> HttpResponse:
+    """GET lists tokens; POST creates one and shows it once (only its digest is stored)."""
+    context = {"tokens": _tokens(request.user), "server": request.build_absolute_uri("/").rstrip("/")}
+    status = 200
+    if request.method == "POST":
+        name = request.POST.get("name", "").strip()[:100]
+        if not name:
+            context["error"] = "Give the token a name, e.g. laptop or ci, so you can tell tokens apart."
+            status = 422
+        else:
+            token, raw = ApiToken.issue(request.user, name)
+            context.update(new_token=raw, new_name=token.name, tokens=_tokens(request.user))
+            status = 201
+    return render(request, "tokens/list.html", context, status=status)
+
+
+@login_required
+@require_POST
+def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    token = get_object_or_404(ApiToken, pk=token_id, user=request.user)
+    if token.revoked_at is None:
+        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    return redirect("token_list")
