@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import redis
 from django.conf import settings
+from django.db.models import Q
 
 from trainhub.jobs.models import Job, LogLine, Metric
 
@@ -48,16 +49,67 @@ def append_lines(job_id: int, lines: list[Line]) -> None:
         log.warning("live log publish for job %s failed: %s", job_id, exc)
 
 
-def read_lines(job_id: int, after: int = -1, limit: int = 1000) -> list[Line]:
-    rows = (LogLine.objects.filter(job_id=job_id, seq__gt=after).order_by("seq")
-            .values_list("seq", "rank", "stream", "text")[:limit])
+FIELDS = ("seq", "rank", "stream", "text")
+#: what "jump to first error" looks for (case-insensitive substrings)
+ERROR_MARKERS = ("traceback (most recent call last)", "error", "exception")
+
+
+def _lines(job_id: int, rank: int | None = None, stream: str | None = None):
+    qs = LogLine.objects.filter(job_id=job_id)
+    if rank is not None:
+        qs = qs.filter(rank=rank)
+    if stream:
+        qs = qs.filter(stream=stream)
+    return qs
+
+
+def read_lines(job_id: int, after: int = -1, limit: int = 1000, *, rank: int | None = None,
+               stream: str | None = None) -> list[Line]:
+    rows = _lines(job_id, rank, stream).filter(seq__gt=after).order_by("seq").values_list(*FIELDS)[:limit]
     return [Line(*row) for row in rows]
 
 
-def tail_lines(job_id: int, limit: int = 500) -> list[Line]:
-    rows = (LogLine.objects.filter(job_id=job_id).order_by("-seq")
-            .values_list("seq", "rank", "stream", "text")[:limit])
+def read_before(job_id: int, before: int, limit: int = 500, *, rank: int | None = None,
+                stream: str | None = None) -> list[Line]:
+    """The ``limit`` lines just before ``before``, oldest first (paging backwards)."""
+    rows = _lines(job_id, rank, stream).filter(seq__lt=before).order_by("-seq").values_list(*FIELDS)[:limit]
     return [Line(*row) for row in reversed(rows)]
+
+
+def tail_lines(job_id: int, limit: int = 500, *, rank: int | None = None, stream: str | None = None) -> list[Line]:
+    rows = _lines(job_id, rank, stream).order_by("-seq").values_list(*FIELDS)[:limit]
+    return [Line(*row) for row in reversed(rows)]
+
+
+def search_lines(job_id: int, query: str, after: int = -1, limit: int = 100, *, rank: int | None = None,
+                 stream: str | None = None) -> list[Line]:
+    """Lines containing ``query`` (case-insensitive) across the whole stored log, by seq."""
+    rows = (_lines(job_id, rank, stream).filter(seq__gt=after, text__icontains=query).order_by("seq")
+            .values_list(*FIELDS)[:limit])
+    return [Line(*row) for row in rows]
+
+
+def first_error(job_id: int) -> int | None:
+    match = Q()
+    for marker in ERROR_MARKERS:
+        match |= Q(text__icontains=marker)
+    return (LogLine.objects.filter(match, job_id=job_id).order_by("seq")
+            .values_list("seq", flat=True).first())
+
+
+def iter_all(job_id: int, chunk: int = 5000):
+    """Every stored line in seq order, a chunk at a time (keyset paging, bounded memory)."""
+    after = -1
+    while True:
+        lines = read_lines(job_id, after=after, limit=chunk)
+        if not lines:
+            return
+        yield lines
+        after = lines[-1].seq
+
+
+def has_ranks(job_id: int) -> bool:
+    return LogLine.objects.filter(job_id=job_id, rank__gt=0).exists()
 
 
 def record_metrics(job_id: int, step: int, values: dict[str, float]) -> None:

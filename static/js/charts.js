@@ -1,0 +1,70 @@
+// Live metric charts (uPlot, served locally) and the progress bar with ETA.
+// Polls GET /jobs/ID/metrics.json?after=STEP while the job is active; one chart per series.
+(function () {
+  "use strict";
+  var card = document.getElementById("charts-card");
+  if (!card || !window.uPlot) return;
+  var box = document.getElementById("charts");
+  var bar = document.getElementById("job-progress");
+  var eta = document.getElementById("job-eta");
+  var url = card.dataset.metricsUrl;
+  var data = {}, charts = {}, lastStep = -1;
+
+  function duration(s) {
+    s = Math.round(s);
+    var h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
+    return (h ? h + "h " : "") + (h || m ? m + "m " : "") + sec + "s";
+  }
+
+  function progress(p) {
+    if (!p.total_steps) return;
+    bar.value = Math.min(1, p.step / p.total_steps);
+    var text = "step " + p.step + "/" + p.total_steps;
+    if (p.elapsed_seconds) text += " · elapsed " + duration(p.elapsed_seconds);
+    if (p.active && p.eta_seconds != null) text += " · ETA " + duration(p.eta_seconds);
+    eta.textContent = text;
+  }
+
+  function chart(name) {
+    var el = document.createElement("figure");
+    el.className = "chart";
+    el.dataset.series = name;
+    box.appendChild(el);
+    var width = Math.max(280, Math.min(560, box.clientWidth / 2 - 16));
+    return new uPlot({
+      title: name, width: width, height: 220,
+      scales: { x: { time: false } },
+      axes: [{ label: "step" }, {}],
+      series: [{ label: "step" }, { label: name, stroke: "#3b5bdb", width: 1.5, points: { show: false } }],
+    }, [data[name].steps, data[name].values], el);
+  }
+
+  function merge(series) {
+    Object.keys(series).sort().forEach(function (name) {
+      var s = series[name], d = data[name] || (data[name] = { steps: [], values: [] });
+      for (var i = 0; i < s.steps.length; i++) {
+        if (d.steps.length && s.steps[i] <= d.steps[d.steps.length - 1]) continue;
+        d.steps.push(s.steps[i]);
+        d.values.push(s.values[i]);
+        if (s.steps[i] > lastStep) lastStep = s.steps[i];
+      }
+      if (!d.steps.length) return;
+      var empty = box.querySelector("p.muted");
+      if (empty) empty.remove();
+      if (!charts[name]) charts[name] = chart(name);
+      else charts[name].setData([d.steps, d.values]);
+    });
+  }
+
+  function poll() {
+    fetch(url + "?after=" + lastStep, { credentials: "same-origin" })
+      .then(function (r) { return r.json(); })
+      .then(function (p) {
+        merge(p.series);
+        progress(p);
+        if (p.active) setTimeout(poll, 2000);
+      })
+      .catch(function () { setTimeout(poll, 5000); });
+  }
+  poll();
+})();

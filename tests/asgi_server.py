@@ -1,0 +1,87 @@
+"""The web app under uvicorn in a subprocess, against the test database, plus an SSE reader.
+
+Used by the live-log tests, the browser test and the benchmarks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class AsgiServer:
+    def __init__(self, port: int, env: dict, log: Path):
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.env = env
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "AsgiServer":
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "trainhub.asgi:application", "--host", "127.0.0.1",
+             "--port", str(self.port), "--log-level", "warning", "--no-access-log"],
+            cwd=ROOT, env=self.env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"uvicorn exited: {self.output()[-2000:]}")
+            try:
+                httpx.get(self.url + "/login", timeout=1)
+                return self
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("uvicorn did not start")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def server_env(database_url: str, redis_url: str) -> dict:
+    return {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1",
+            "TRAINHUB_VAR_DIR": os.environ.get("TRAINHUB_VAR_DIR", str(ROOT / "var"))}
+
+
+def session_cookie(client) -> dict:
+    """The session cookie of a Django test client that has logged in (sessions live in the DB)."""
+    from django.conf import settings
+
+    return {settings.SESSION_COOKIE_NAME: client.cookies[settings.SESSION_COOKIE_NAME].value}
+
+
+def sse_events(response: httpx.Response):
+    """Yield ``(event, id, data)`` for each event of a streaming httpx response."""
+    event, ident, data = "message", None, []
+    for raw in response.iter_lines():
+        if raw == "":
+            if data:
+                payload = "\n".join(data)
+                yield event, ident, (json.loads(payload) if payload[:1] in "{[" else payload)
+            event, ident, data = "message", None, []
+        elif raw.startswith(":"):
+            continue
+        else:
+            field, _, value = raw.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                event = value
+            elif field == "id":
+                ident = value
+            elif field == "data":
+                data.append(value)

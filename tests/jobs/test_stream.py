@@ -1,0 +1,157 @@
+"""The live log over Server-Sent Events, through uvicorn, with a real Redis."""
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+
+from tests.asgi_server import AsgiServer, server_env, session_cookie, sse_events
+from tests.conftest import RedisServer, database_url, free_port
+from trainhub.jobs import logs
+from trainhub.jobs.models import Job
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def web(live_settings, own_redis, transactional_db, tmp_path):
+    live_settings.REDIS_URL = own_redis.url
+    logs.redis_client.cache_clear()
+    server = AsgiServer(free_port(), server_env(database_url(), own_redis.url), tmp_path / "uvicorn.log").start()
+    yield server
+    server.stop()
+    logs.redis_client.cache_clear()
+
+
+@pytest.fixture
+def cookies(user_client):
+    return session_cookie(user_client)
+
+
+@pytest.fixture
+def job(user, cpu_pool):
+    return Job.objects.create(owner=user, name="stream", mode="centralized", spec={}, pool=cpu_pool, status="running")
+
+
+def emit(job, start: int, count: int, text: str = "line {}") -> None:
+    logs.append_lines(job.pk, [logs.Line(seq, 0, "o", text.format(seq)) for seq in range(start, start + count)])
+
+
+def finish(job) -> None:
+    job.transition("succeeded", reason="test")
+
+
+def read(web, job, cookies, *, stop_after: int | None = None, headers=None, params=None):
+    """Read events until ``stop_after`` lines arrived or the ``end`` event; returns (seqs, end)."""
+    seqs, end = [], None
+    with httpx.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream", cookies=cookies, headers=headers or {},
+                      params=params or {}, timeout=20) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for event, ident, data in sse_events(response):
+            if event == "end":
+                end = data
+                break
+            assert int(ident) == data["seq"]
+            seqs.append(data["seq"])
+            if stop_after is not None and len(seqs) >= stop_after:
+                break
+    return seqs, end
+
+
+def test_a_client_reconnecting_with_last_event_id_gets_every_line_once(web, job, cookies):
+    emit(job, 0, 300)
+    first, _ = read(web, job, cookies, stop_after=120)
+    emit(job, 300, 200)  # printed while the client was away
+    second, _ = read(web, job, cookies, stop_after=380, headers={"Last-Event-ID": str(first[-1])})
+    finisher = threading.Timer(0.5, lambda: (emit(job, 500, 50), finish(job)))
+    finisher.start()
+    third, end = read(web, job, cookies, headers={"Last-Event-ID": str(second[-1])})
+    finisher.join()
+    assert first + second + third == list(range(550))
+    assert end == {"status": "succeeded", "last_seq": 549}
+
+
+def test_a_client_resuming_with_the_after_parameter_gets_every_line_once(web, job, cookies):
+    emit(job, 0, 100)
+    first, _ = read(web, job, cookies, stop_after=40)
+    emit(job, 100, 10)
+    finish(job)
+    rest, end = read(web, job, cookies, params={"after": first[-1]})
+    assert first + rest == list(range(110))
+    assert end["status"] == "succeeded"
+
+
+def test_lines_printed_while_following_arrive_live_and_the_stream_ends_when_the_job_does(web, job, cookies):
+    def produce():
+        for batch in range(10):
+            emit(job, batch * 20, 20)
+        finish(job)
+
+    producer = threading.Timer(1.0, produce)
+    producer.start()
+    seqs, end = read(web, job, cookies)
+    producer.join()
+    assert seqs == list(range(200))
+    assert end["status"] == "succeeded"
+
+
+def test_a_redis_restart_mid_job_loses_and_duplicates_nothing(web, job, cookies, own_redis):
+    got: list[int] = []
+    result = {}
+
+    def follow():
+        seqs, result["end"] = read(web, job, cookies)
+        got.extend(seqs)
+
+    emit(job, 0, 100)
+    reader = threading.Thread(target=follow)
+    reader.start()
+    emit(job, 100, 100)
+    own_redis.stop()
+    emit(job, 200, 100)  # Redis is down: only the database has these
+    own_redis.start()
+    emit(job, 300, 100)
+    finish(job)
+    reader.join(30)
+    assert got == list(range(400))
+    assert result["end"]["status"] == "succeeded"
+
+
+def test_lines_older_than_the_redis_window_come_from_the_database(web, job, cookies, own_redis):
+    emit(job, 0, 50)
+    import redis
+
+    redis.Redis.from_url(own_redis.url).delete(logs.stream_key(job.pk))  # as if trimmed or lost
+    emit(job, 50, 50)
+    finish(job)
+    seqs, end = read(web, job, cookies)
+    assert seqs == list(range(100)) and end["last_seq"] == 99
+
+
+def test_hostile_lines_arrive_escaped(web, job, cookies):
+    emit(job, 0, 1, "<script>alert(1)</script>")
+    emit(job, 1, 1, '<div hx-get="/jobs/new" hx-trigger="load">x</div>')
+    finish(job)
+    with httpx.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream", cookies=cookies, timeout=20) as response:
+        events = [data for event, _, data in sse_events(response) if event == "message"]
+    assert events[0]["text"] == "<script>alert(1)</script>"
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in events[0]["html"] and "<script>" not in events[0]["html"]
+    assert "<div hx-get" not in events[1]["html"] and "&lt;div hx-get=" in events[1]["html"]
+
+
+def test_the_stream_refuses_anonymous_users_and_other_peoples_jobs(web, job, django_user_model, client):
+    assert httpx.get(f"{web.url}/jobs/{job.pk}/logs/stream", timeout=10).status_code == 403
+    django_user_model.objects.create_user("mallory", password="x" * 12)
+    client.login(username="mallory", password="x" * 12)
+    response = httpx.get(f"{web.url}/jobs/{job.pk}/logs/stream", cookies=session_cookie(client), timeout=10)
+    assert response.status_code == 404

@@ -1,0 +1,217 @@
+"""The log viewer's pages and fragments: windows of lines, search, first error, download,
+metrics export. The live stream itself is in ``stream.py``."""
+from __future__ import annotations
+
+import csv
+from urllib.parse import urlencode
+
+from asgiref.sync import sync_to_async
+from django.contrib.auth.decorators import login_required
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_GET
+
+from trainhub.jobs import ansi, logs
+from trainhub.jobs.models import Job, Metric
+from trainhub.jobs.services import jobs_visible_to
+
+PAGE = 500
+SEARCH_PAGE = 100
+
+
+def _job(request: HttpRequest, job_id: int) -> Job:
+    return get_object_or_404(jobs_visible_to(request.user), pk=job_id)
+
+
+def _int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def log_filters(request: HttpRequest) -> dict:
+    stream = request.GET.get("stream") or None
+    return {"rank": _int(request.GET.get("rank") or None), "stream": stream if stream in ("o", "e", "s") else None}
+
+
+def _query(filters: dict, **extra) -> str:
+    params = {k: v for k, v in {**filters, **extra}.items() if v is not None and v != ""}
+    return urlencode(params)
+
+
+def log_window(request: HttpRequest, job: Job) -> dict:
+    """The lines the job page opens with: the tail, or a window around ``?line=SEQ``."""
+    filters = log_filters(request)
+    href = reverse("job_detail", args=[job.pk])
+    target = _int(request.GET.get("line"))
+    if target is not None:
+        before = logs.read_before(job.pk, target, PAGE // 2, **filters)
+        after = logs.read_lines(job.pk, target - 1, PAGE // 2, **filters)
+        lines, following = before + after, False
+    else:
+        lines, following = logs.tail_lines(job.pk, PAGE, **filters), True
+    first = lines[0].seq if lines else None
+    last = lines[-1].seq if lines else -1
+    return {
+        "job": job, "filters": filters, "following": following, "target": target,
+        "rows": mark_safe("".join(ansi.row(l, href=href) for l in lines)),
+        "older_url": _older_url(job, filters, first) if first else None,
+        "newer_url": (f"{reverse('job_log_page', args=[job.pk])}?{_query(filters, after=last)}"
+                      if not following and lines else None),
+        "stream_url": f"{reverse('job_log_stream', args=[job.pk])}?{_query(filters, after=last)}",
+        "last_seq": last, "ranks": list(range(max(1, _world_size(job)))),
+    }
+
+
+def _older_url(job: Job, filters: dict, first: int) -> str:
+    return f"{reverse('job_log_page', args=[job.pk])}?{_query(filters, before=first)}"
+
+
+def _world_size(job: Job) -> int:
+    resources = (job.spec or {}).get("resources") or {}
+    return int(resources.get("nodes") or 1) * int(resources.get("procs_per_node") or 1)
+
+
+@login_required
+@require_GET
+def job_log_page(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Rows before ``before`` (paging back) or after ``after`` (paging forward), with the next button."""
+    job = _job(request, job_id)
+    filters = log_filters(request)
+    href = reverse("job_detail", args=[job.pk])
+    before, after = _int(request.GET.get("before")), _int(request.GET.get("after"))
+    if before is not None:
+        lines = logs.read_before(job.pk, before, PAGE, **filters)
+        more = _older_url(job, filters, lines[0].seq) if lines and lines[0].seq > 0 else None
+        button = f'<a class="button older" href="{more}" hx-get="{more}" hx-swap="outerHTML">Load older lines</a>' if more else ""
+        body = button + "".join(ansi.row(l, href=href) for l in lines)
+    else:
+        lines = logs.read_lines(job.pk, -1 if after is None else after, PAGE, **filters)
+        last = lines[-1].seq if lines else after
+        more = f"{reverse('job_log_page', args=[job.pk])}?{_query(filters, after=last)}"
+        button = f'<a class="button newer" href="{more}" hx-get="{more}" hx-swap="outerHTML">Load newer lines</a>'
+        body = "".join(ansi.row(l, href=href) for l in lines) + button
+    return HttpResponse(body if request.htmx else f'<div class="log">{body}</div>')
+
+
+@login_required
+@require_GET
+def job_log_search(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Matches across the whole stored log, highlighted, a page at a time (by seq)."""
+    job = _job(request, job_id)
+    filters = log_filters(request)
+    query = request.GET.get("q", "")[:200]
+    after = _int(request.GET.get("after"))
+    after = -1 if after is None else after
+    lines = logs.search_lines(job.pk, query, after, SEARCH_PAGE + 1, **filters) if query else []
+    more = lines[SEARCH_PAGE - 1].seq if len(lines) > SEARCH_PAGE else None
+    href = reverse("job_detail", args=[job.pk])
+    context = {
+        "job": job, "query": query, "count": min(len(lines), SEARCH_PAGE),
+        "rows": mark_safe("".join(ansi.row(l, href=href, body=ansi.highlight(l.text, query))
+                                  for l in lines[:SEARCH_PAGE])),
+        "more_url": f"{reverse('job_log_search', args=[job.pk])}?{_query(filters, q=query, after=more)}"
+                    if more is not None else None,
+    }
+    template = "jobs/log_search.html#results" if request.htmx else "jobs/log_search.html"
+    return render(request, template, context)
+
+
+@login_required
+@require_GET
+def job_log_first_error(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job(request, job_id)
+    seq = logs.first_error(job.pk)
+    url = reverse("job_detail", args=[job.pk])
+    if seq is None:
+        return redirect(f"{url}?no_error=1#log")
+    return redirect(f"{url}?line={seq}#L{seq}")
+
+
+def _download_text(lines, ranks: bool) -> str:
+    if ranks:
+        return "".join(f"[rank{l.rank}]: {l.text}\n" for l in lines)
+    return "".join(f"{l.text}\n" for l in lines)
+
+
+@login_required
+@require_GET
+def job_log_download(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The full log as plain text, streamed a chunk of rows at a time (never held in memory)."""
+    job = _job(request, job_id)
+    ranks = logs.has_ranks(job.pk)
+    if isinstance(request, ASGIRequest):
+        async def chunks():  # under ASGI a sync iterator would be read into a list first
+            after = -1
+            while True:
+                lines = await sync_to_async(logs.read_lines, thread_sensitive=False)(job.pk, after, 5000)
+                if not lines:
+                    return
+                yield _download_text(lines, ranks)
+                after = lines[-1].seq
+        content = chunks()
+    else:
+        content = (_download_text(lines, ranks) for lines in logs.iter_all(job.pk))
+    response = StreamingHttpResponse(content, content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="job-{job.pk}.log"'
+    return response
+
+
+def _metrics_payload(job: Job, after: int) -> dict:
+    series: dict[str, dict[str, list]] = {}
+    rows = (Metric.objects.filter(job_id=job.pk, step__gt=after).order_by("name", "step")
+            .values_list("name", "step", "value"))
+    for name, step, value in rows.iterator(chunk_size=5000):
+        s = series.setdefault(name, {"steps": [], "values": []})
+        s["steps"].append(step)
+        s["values"].append(value)
+    elapsed = (job.duration.total_seconds() if job.duration else None)
+    eta = None
+    if elapsed and job.step and job.total_steps and job.is_active:
+        eta = elapsed / job.step * max(0, job.total_steps - job.step)
+    return {"series": series, "status": job.status, "active": job.is_active, "step": job.step,
+            "total_steps": job.total_steps, "elapsed_seconds": elapsed, "eta_seconds": eta,
+            "at": timezone.now().isoformat()}
+
+
+@login_required
+@require_GET
+def job_metrics_json(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Columnar series (``?after=STEP`` for only newer points), progress and ETA."""
+    job = _job(request, job_id)
+    after = _int(request.GET.get("after"))
+    response = JsonResponse(_metrics_payload(job, -1 if after is None else after))
+    if request.GET.get("download"):
+        response["Content-Disposition"] = f'attachment; filename="job-{job.pk}-metrics.json"'
+    return response
+
+
+class _Echo:
+    def write(self, value):
+        return value
+
+
+@login_required
+@require_GET
+def job_metrics_csv(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job(request, job_id)
+    writer = csv.writer(_Echo())
+    rows = (Metric.objects.filter(job_id=job.pk).order_by("step", "name")
+            .values_list("step", "name", "value", "at"))
+
+    def lines():
+        yield writer.writerow(["step", "name", "value", "at"])
+        for step, name, value, at in rows.iterator(chunk_size=5000):
+            yield writer.writerow([step, name, repr(value), at.isoformat()])
+
+    if isinstance(request, ASGIRequest):
+        body = HttpResponse("".join(lines()), content_type="text/csv")  # metrics are small next to logs
+    else:
+        body = StreamingHttpResponse(lines(), content_type="text/csv")
+    body["Content-Disposition"] = f'attachment; filename="job-{job.pk}-metrics.csv"'
+    return body
