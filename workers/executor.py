@@ -5,8 +5,10 @@ the lease renewed, cancellation and timeout enforced.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue
+import select
 import signal
 import sys
 import threading
@@ -25,8 +27,12 @@ from workers.runner.config import dump_yaml, parse_spec
 from workers.runner.report import read_events
 
 log = logging.getLogger(__name__)
-MAX_LINE = 16_384
+MAX_LINE = 16_384  # characters; longer lines are cut with a marker
+MAX_LINE_BYTES = MAX_LINE * 4
+PARTIAL_SECONDS = 1.0  # how often an unfinished progress-bar line shows its latest state
+EVENTS_SECONDS = 1.0  # how often metrics and progress are read from events.jsonl
 BATCH_SECONDS = 0.05
+FLUSH_MAX = 20_000
 #: set when the worker is shutting down: running jobs stop and go back to the queue
 SHUTDOWN = threading.Event()
 
@@ -35,22 +41,118 @@ def run_dir_for(job: Job) -> Path:
     return Path(settings.TRAINHUB_RUNS_DIR) / f"job-{job.pk}"
 
 
-def _split_line(raw: bytes) -> str:
-    text = raw.decode("utf-8", "replace").rstrip("\n")
-    if "\r" in text:  # a progress bar rewrote the line: keep its latest state
+def _finish(raw: bytes, dropped: int = 0) -> tuple[int, str]:
+    """One complete line: its rank (torchrun's ``[rankN]:`` prefix) and its text.
+
+    A progress bar that rewrote the line with ``\\r`` keeps only its latest state; a line
+    longer than ``MAX_LINE`` characters is cut with a marker saying how much was dropped.
+    """
+    text = raw.decode("utf-8", "replace")
+    rank = 0
+    match = launch.RANK_LINE.match(text)
+    if match:
+        rank, text = int(match.group(1)), text[match.end():]
+    if "\r" in text:
         parts = [p for p in text.split("\r") if p.strip()]
         text = parts[-1] if parts else ""
-    return text[:MAX_LINE]
-
-
-def _pump(pipe, stream: str, out: queue.Queue) -> None:
-    for raw in iter(pipe.readline, b""):
-        text = _split_line(raw)
-        rank = 0
         match = launch.RANK_LINE.match(text)
         if match:
             rank, text = int(match.group(1)), text[match.end():]
-        out.put((rank, stream, text))
+    if len(text) > MAX_LINE or dropped:
+        cut = len(text[MAX_LINE:].encode("utf-8", "replace")) + dropped
+        text = f"{text[:MAX_LINE]} … [line truncated: {cut} more bytes]"
+    return rank, text
+
+
+class _LineSplitter:
+    """Turns chunks of one pipe into lines, without waiting for a newline forever.
+
+    Reading chunks (not ``readline``) lets a progress bar that only ever writes ``\\r``
+    show its latest state at most every ``PARTIAL_SECONDS`` instead of nothing until the
+    bar finishes; and a line without end cannot grow the buffer past ``MAX_LINE_BYTES``.
+    """
+
+    def __init__(self):
+        self.buf = b""
+        self.dropped = 0  # bytes of an over-long line thrown away so far
+        self.shown = None  # the partial state last emitted for the current line
+        self.shown_at = 0.0
+        self.since = None  # when the current unfinished line was first seen
+
+    def feed(self, chunk: bytes) -> list[tuple[int, str]]:
+        out = []
+        if self.dropped:  # inside an over-long line: skip to its end
+            end = chunk.find(b"\n")
+            if end < 0:
+                self.dropped += len(chunk)
+                return out
+            self.dropped += end
+            out.append(_finish(self.buf, self.dropped))
+            self.buf, self.dropped, self.shown, chunk = b"", 0, None, chunk[end + 1:]
+        data = self.buf + chunk
+        *complete, self.buf = data.split(b"\n")
+        if complete:
+            self.since = None
+        for raw in complete:
+            line = _finish(raw)
+            if self.shown is not None and line == self.shown:
+                self.shown = None
+                continue  # this final state was already shown as a partial line
+            self.shown = None
+            out.append(line)
+        if len(self.buf) > MAX_LINE_BYTES:
+            cr = self.buf.rfind(b"\r")
+            if cr > 0:
+                self.buf = self.buf[cr:]  # a progress bar: only its latest state matters
+            if len(self.buf) > MAX_LINE_BYTES:
+                self.dropped = len(self.buf) - MAX_LINE_BYTES
+                self.buf = self.buf[:MAX_LINE_BYTES]
+        return out
+
+    def partial(self, now: float) -> list[tuple[int, str]]:
+        """The latest state of an unfinished ``\\r`` line, if it changed and is due."""
+        if b"\r" not in self.buf or self.dropped:
+            return []
+        if self.since is None:
+            self.since = now  # a bar that finishes within PARTIAL_SECONDS stays one line
+        if now - max(self.since, self.shown_at) < PARTIAL_SECONDS:
+            return []
+        line = _finish(self.buf)
+        if not line[1] or line == self.shown:
+            return []
+        self.shown, self.shown_at = line, now
+        cr = self.buf.rfind(b"\r")
+        self.buf = self.buf[:self.buf.find(b"\r")] + self.buf[cr:] if cr > 0 else self.buf
+        return [line]
+
+    def close(self) -> list[tuple[int, str]]:
+        if not self.buf and not self.dropped:
+            return []
+        line = _finish(self.buf, self.dropped)
+        return [] if line == self.shown else [line]
+
+
+def _pump(pipe, stream: str, out: queue.Queue) -> None:
+    """Read one pipe in chunks; put lists of ``(rank, stream, text)`` on ``out``."""
+    fd = pipe.fileno()
+    splitter = _LineSplitter()
+    while True:
+        ready, _, _ = select.select([fd], [], [], PARTIAL_SECONDS / 2)
+        lines = []
+        if ready:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            lines = splitter.feed(chunk)
+        lines += splitter.partial(time.monotonic())
+        if lines:
+            out.put([(rank, stream, text) for rank, text in lines])
+    tail = splitter.close()
+    if tail:
+        out.put([(rank, stream, text) for rank, text in tail])
     pipe.close()
 
 
@@ -73,22 +175,30 @@ class Execution:
         batch = []
         while True:
             try:
-                rank, stream, text = self.lines.get_nowait()
+                item = self.lines.get_nowait()
             except queue.Empty:
                 break
-            batch.append(logs.Line(self.seq, rank, stream, text))
-            self.seq += 1
-        logs.append_lines(self.job.pk, batch)
+            for rank, stream, text in (item,) if isinstance(item, tuple) else item:
+                batch.append(logs.Line(self.seq, rank, stream, text))
+                self.seq += 1
+        for start in range(0, len(batch), FLUSH_MAX):  # bounded statements, even after a burst
+            logs.append_lines(self.job.pk, batch[start:start + FLUSH_MAX])
 
     def pump_events(self) -> None:
         events, self.events_offset = read_events(self.run_dir, self.events_offset)
         progress = None
         for event in events:
             kind = event.get("type")
-            if kind == "metrics" and isinstance(event.get("values"), dict):
-                logs.record_metrics(self.job.pk, int(event.get("step", 0)), event["values"])
-            elif kind in ("progress", "start") and "total_steps" in event:
-                progress = (int(event.get("step", 0)), int(event["total_steps"]))
+            try:
+                if kind == "metrics" and isinstance(event.get("values"), dict):
+                    values = {str(k): float(v) for k, v in event["values"].items()
+                              if isinstance(v, (int, float)) and math.isfinite(v)}
+                    if values:
+                        logs.record_metrics(self.job.pk, int(event.get("step", 0)), values)
+                elif kind in ("progress", "start") and "total_steps" in event:
+                    progress = (int(event.get("step", 0)), int(event["total_steps"]))
+            except (TypeError, ValueError):  # a malformed event is skipped, never fatal
+                log.warning("job %s: skipped malformed event %r", self.job.pk, event)
         if progress:
             logs.record_progress(self.job.pk, *progress)
 
@@ -137,14 +247,17 @@ class Execution:
         started = time.monotonic()
         renew_every = max(1.0, settings.TRAINHUB_LEASE_SECONDS / 3)
         next_renew = started + renew_every
+        next_events = started + EVENTS_SECONDS
         stop_reason: tuple[str, str] | None = None
         while self.proc.poll() is None:
             time.sleep(BATCH_SECONDS)
             self.flush_lines()
             now = time.monotonic()
+            if now >= next_events:  # charts and progress follow within about a second
+                next_events = now + EVENTS_SECONDS
+                self.pump_events()
             if now >= next_renew:
                 next_renew = now + renew_every
-                self.pump_events()
                 status = job_renew(self.job)
                 if status is None:
                     stop_reason = (Status.FAILED, "this worker lost the job's lease")
