@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-fast bench browsers clean
+.PHONY: run test test-postgres test-fast bench browsers clean
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required (set PYTHON=/path/to/python3.11)"; exit 1; }
@@ -27,8 +27,18 @@ run: $(STAMP)
 browsers:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || echo "chromium could not be installed: browser tests will be skipped"
 
+TEST_PG ?= $(or $(TRAINHUB_TEST_POSTGRES_URL),postgres://postgres@127.0.0.1:5432/test)
+
 test: $(DEV_STAMP) browsers
 	$(PY) -m pytest
+	$(MAKE) --no-print-directory test-postgres
+
+# The database-facing tests again on PostgreSQL (the runner's tests use no database).
+test-postgres: $(DEV_STAMP)
+	@if $(PY) -c "import psycopg,sys; psycopg.connect(sys.argv[1], connect_timeout=3).close()" "$(TEST_PG)" 2>/dev/null; then \
+		echo "== PostgreSQL: $(TEST_PG)"; \
+		DATABASE_URL="$(TEST_PG)" $(PY) -m pytest --ignore=tests/runner -m "not browser"; \
+	else echo "== PostgreSQL at $(TEST_PG) does not answer: PostgreSQL run SKIPPED (set TRAINHUB_TEST_POSTGRES_URL)"; fi
 
 test-fast: $(DEV_STAMP)
 	$(PY) -m pytest -m "not slow"
