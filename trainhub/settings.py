@@ -1,4 +1,5 @@
 """TrainHub settings. Every knob comes from the environment (see README, "Configuration")."""
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -81,7 +82,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     # A file, not memory, so that real worker processes in the tests share the test database.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+    # One file per test run, so that concurrent runs never share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Unset means the embedded Redis that `make run` starts on this port.
