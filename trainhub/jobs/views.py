@@ -75,13 +75,14 @@ def job_new(request: HttpRequest) -> HttpResponse:
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _get_job_for_user(request, job_id)
     fragment = request.GET.get("fragment")
-    if fragment not in (None, "status"):
+    if fragment in ("status", "history"):
+        return render(request, f"jobs/detail.html#{fragment}", {"job": job, "events": job.events.select_related("actor")})
+    if fragment is not None:
         raise Http404("unknown fragment")
     lines = logs.tail_lines(job.pk)
     context = {"job": job, "events": job.events.select_related("actor"), "spec_yaml": dump_yaml(job.spec),
                "lines": lines, "last_seq": lines[-1].seq if lines else -1}
-    template = "jobs/detail.html#status" if fragment == "status" else "jobs/detail.html"
-    return render(request, template, context)
+    return render(request, "jobs/detail.html", context)
 
 
 @login_required
