@@ -76,3 +76,13 @@ def test_an_invalid_spec_exits_2_naming_the_field_and_the_fix(tmp_path):
 
     assert out.returncode == 2
     assert "spec error: model.name: cnn needs image-shaped data" in out.stderr
+
+
+def test_a_job_that_cannot_start_training_says_why_and_still_ends_its_event_stream(tmp_path, digits_spec):
+    digits_spec["data"]["batch_size"] = 4096  # more than the 1438 training rows
+    result = run_job(digits_spec, tmp_path)
+
+    assert result.returncode == 1
+    assert "lower them or use fewer ranks" in result.stderr
+    [end] = result.of_type("end")
+    assert end["status"] == "failed" and "batch_size" in end["reason"]

@@ -68,3 +68,19 @@ def test_deepspeed_zero_on_two_ranks_trains_and_every_rank_saves_its_shard(tmp_p
     assert len(shards) == 2, shards
     weights = torch.load(result.run_dir / "model.pt")
     assert weights["0.weight"].shape == (64, 64), "ZeRO-3 parameters are gathered for export"
+
+
+def test_deepspeed_zero3_continues_from_its_sharded_checkpoint(tmp_path):
+    spec = _spec("deepspeed", deepspeed={"zero_stage": 3})
+    spec["train"]["epochs"] = 1
+    first = run_job(spec, tmp_path / "a", run_dir=tmp_path / "run")
+    assert first.returncode == 0, first.stderr[-3000:]
+    done = first.of_type("end")[-1]["step"]
+
+    spec["train"]["epochs"] = 2  # the job is extended by one epoch and restarted
+    second = run_job(spec, tmp_path / "b", run_dir=tmp_path / "run")
+
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.of_type("start")[-1]["resumed_from"] == done
+    assert second.of_type("end")[-1]["step"] == 2 * done
+    assert second.metrics()[-1]["val_acc"] >= first.metrics()[-1]["val_acc"] - 0.02

@@ -22,15 +22,16 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     try:
         args = runner.load_arguments(ns.config, run_dir=ns.run_dir, workspace_dir=ns.workspace_dir)
-        if args.spec.mode == "script":
-            from workers.runner.workloads import script
+    except (SpecError, OSError) as exc:
+        return _spec_error(exc)
+    if args.spec.mode == "script":
+        from workers.runner.workloads import script
 
+        try:
             return script.run(args)
-        return train(args)
-    except SpecError as exc:
-        for field, message in exc.errors.items():
-            print(f"spec error: {field}: {message}", file=sys.stderr, flush=True)
-        return 2
+        except SpecError as exc:
+            return _spec_error(exc)
+    return train(args)
 
 
 def train(args: runner.Arguments) -> int:
@@ -47,14 +48,34 @@ def train(args: runner.Arguments) -> int:
     except Interrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
-    except SpecError:
-        raise
+    except SpecError as exc:
+        _report_end(args, exc, "spec error: " + str(exc))
+        return _spec_error(exc)
     except Exception as exc:
         traceback.print_exc()
         print(f"failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        _report_end(args, exc, f"{type(exc).__name__}: {exc}")
         return 1
     finally:
         runner.teardown(args)
+
+
+def _spec_error(exc: Exception) -> int:
+    errors = exc.errors if isinstance(exc, SpecError) else {"config": str(exc)}
+    for field, message in errors.items():
+        print(f"spec error: {field}: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
+def _report_end(args: runner.Arguments, exc: BaseException, reason: str) -> None:
+    """A failure before the loop started (data, model, strategy setup) still ends the event stream."""
+    if getattr(exc, "trainhub_reported", False) or not args.is_main or not args.run_dir.is_dir():
+        return
+    from workers.runner.report import Reporter
+
+    reporter = Reporter(args.run_dir)
+    reporter.emit("end", status="failed", reason=reason, step=0)
+    reporter.close()
 
 
 if __name__ == "__main__":

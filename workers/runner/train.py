@@ -70,6 +70,7 @@ class Runner:
             raise
         except BaseException as exc:
             reason = f"{type(exc).__name__}: {exc}"
+            exc.trainhub_reported = True  # type: ignore[attr-defined]  # __main__ writes no second end
             raise
         finally:
             self.reporter.emit("end", status=status, reason=reason, step=self.step,
