@@ -79,7 +79,8 @@ def test_an_invalid_spec_exits_2_naming_the_field_and_the_fix(tmp_path):
 
 
 def test_a_job_that_cannot_start_training_says_why_and_still_ends_its_event_stream(tmp_path, digits_spec):
-    digits_spec["data"]["batch_size"] = 4096  # more than the 1438 training rows
+    digits_spec["data"]["batch_size"] = 2048  # one partial batch of the 1438 training rows...
+    digits_spec["train"]["grad_accum_steps"] = 2  # ...cannot make a step of two
     result = run_job(digits_spec, tmp_path)
 
     assert result.returncode == 1
