@@ -18,6 +18,11 @@ Contract with the executor::
   the environment, there is no command-line flag). Parse with ``RANK_LINE``
   (``^\\[rank(\\d+)\\]:\\s?``). Lines without the prefix come from torchrun itself.
   torchrun also keeps per-rank copies under ``<run_dir>/logs/``.
+- Stopping: torchrun starts each rank in a session of its own, so a signal to the launcher's
+  process group reaches torchrun, which forwards SIGTERM to every rank. Send SIGTERM, allow
+  ``TRAINHUB_STOP_GRACE_S`` (15 s) plus a few seconds for the checkpoint, then SIGKILL. Runner
+  ranks also get SIGTERM if torchrun itself dies (PR_SET_PDEATHSIG); a team's own script in
+  script mode does not, so do not SIGKILL torchrun before it has stopped its ranks.
 - Several machines: pass ``nnodes``, ``node_rank``, ``rdzv_endpoint="host:port"`` (the c10d
   store, reachable from every node) and ``rdzv_id`` (same on every node, e.g. the job id).
   One machine uses ``--standalone`` (a free local port, so jobs never collide).

@@ -67,3 +67,16 @@ def test_untranslatable_values_name_the_key_and_the_fix(section, key, value, wor
 def test_using_gpu_asks_for_one_gpu():
     spec = parse_spec({**FEDML, "device_args": {"using_gpu": True}})
     assert spec.resources.gpus_per_node == 1
+
+
+@pytest.mark.slow
+def test_a_fedml_config_file_runs_as_is(tmp_path):
+    from tests.runner.conftest import run_module, write_spec
+    from workers.runner.report import read_events
+
+    config = write_spec(tmp_path, FEDML, "fedml_config.yaml")
+    out = run_module(["--config", str(config), "--run-dir", str(tmp_path / "run")], tmp_path)
+
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "epoch 4/4" in out.stdout
+    assert read_events(tmp_path / "run")[0][-1]["status"] == "succeeded"
