@@ -34,7 +34,7 @@
     return new uPlot({
       title: name, width: width, height: 220,
       scales: { x: { time: false } },
-      axes: [{ label: "step" }, {}],
+      axes: [{ label: "step" }, { size: 60, values: function (u, vals) { return vals.map(function (v) { return v == null ? "" : +v.toPrecision(3); }); } }],
       series: [{ label: "step" }, { label: name, stroke: "#3b5bdb", width: 1.5, points: { show: false } }],
     }, [data[name].steps, data[name].values], el);
   }
