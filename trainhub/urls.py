@@ -10,5 +10,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("tokens/", include("trainhub.api.urls")),
+    path("templates/", include("trainhub.jobs.template_views")),
     path("", include("trainhub.jobs.urls")),
 ]

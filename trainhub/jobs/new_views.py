@@ -1,0 +1,156 @@
+"""The new-job page: typed form per mode (htmx swaps the mode's fields), inline validation,
+YAML tab that round-trips with the form, FedML upload, clone, templates, "run locally" hint."""
+from __future__ import annotations
+
+import shlex
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods
+
+from trainhub.jobs.forms import JobForm, initial_from_spec, mode_initial, spec_from_fields
+from trainhub.jobs.job_templates import template_save, templates_of
+from trainhub.jobs.services import job_clone_spec, job_submit, jobs_visible_to, spec_validate
+from trainhub.pools.models import WorkerPool
+from workers.runner.config import MODES, JobSpec, SpecError, dump_yaml, parse_spec
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def run_locally(spec: JobSpec) -> list[str]:
+    """Commands that run ``spec`` (saved as job.yaml) without TrainHub's server, and with its CLI."""
+    r = spec.resources
+    many = r.nodes * r.procs_per_node > 1
+    if spec.mode == "script":
+        target = spec.script.entry if spec.script.entry.endswith(".py") else f"-m {spec.script.entry}"
+        args = shlex.join(spec.script.args)
+        if many:
+            return [f"cd <workspace {spec.script.workspace}> && torchrun --standalone --nproc-per-node "
+                    f"{r.procs_per_node} {target} {args}".rstrip(), "trainhub submit job.yaml --follow"]
+        return [f"cd <workspace {spec.script.workspace}> && python {target} {args}".rstrip(),
+                "trainhub submit job.yaml --follow"]
+    if many:
+        local = f"torchrun --standalone --nproc-per-node {r.procs_per_node} -m workers.runner --config job.yaml"
+    else:
+        local = "python -m workers.runner --config job.yaml"
+    return [local, "trainhub submit job.yaml --follow"]
+
+
+def _context(request, form: JobForm, tab: str = "form", **extra) -> dict:
+    """Page context; the "run locally" hint and YAML preview when the form's values make a valid spec."""
+    if form.is_bound:
+        values = form.cleaned_data if not form.errors else None
+    else:
+        values = form.initial
+    preview_yaml, commands = "", []
+    if values is not None and tab == "form":
+        try:
+            data = spec_from_fields(values, form.mode)
+            spec = JobSpec.model_validate(data)
+            preview_yaml, commands = dump_yaml(data), run_locally(spec)
+        except ValueError:  # SpecError and pydantic's ValidationError: no hint for an invalid spec
+            pass
+    return {"form": form, "tab": tab, "templates": templates_of(request.user)[:50],
+            "preview_yaml": preview_yaml, "commands": commands, **extra}
+
+
+def _pools() -> list[str]:
+    return list(WorkerPool.objects.filter(enabled=True).values_list("name", flat=True))
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_new(request: HttpRequest) -> HttpResponse:
+    pools = _pools()
+    if request.method == "POST":
+        return _post(request, pools)
+    if request.GET.get("fragment") == "mode-fields":
+        mode = request.GET.get("mode", "centralized")
+        form = JobForm(initial=mode_initial(mode if mode in MODES else "centralized"), pools=pools, mode=mode)
+        return render(request, "jobs/new.html#mode-fields", {"form": form})
+    initial = {"pool": pools[0] if pools else "cpu"}
+    clone, template = _int(request.GET.get("clone")), _int(request.GET.get("template"))
+    if clone:
+        initial = initial_from_spec(job_clone_spec(get_object_or_404(jobs_visible_to(request.user), pk=clone)))
+    elif template:
+        source = get_object_or_404(templates_of(request.user), pk=template)
+        initial = {**initial_from_spec(source.spec), "template_name": source.name}
+    form = JobForm(initial={**mode_initial(initial.get("mode", "centralized")), **initial}, pools=pools)
+    return render(request, "jobs/new.html", _context(request, form, source_template=initial.get("template_name")))
+
+
+def _post(request: HttpRequest, pools: list[str]) -> HttpResponse:
+    action = request.POST.get("action", "submit")
+    form = JobForm(request.POST, request.FILES, pools=pools)
+    uses_text = bool(request.POST.get("spec_yaml", "").strip() or request.FILES.get("spec_file"))
+    if request.GET.get("validate"):
+        return _validate(request, form)
+    if action == "to_form":
+        return _to_form(request, pools)
+    if not form.is_valid():
+        return render(request, "jobs/new.html", _context(request, form, "yaml" if uses_text else "form"), status=422)
+    try:
+        data = form.spec_data()
+        if action == "to_yaml":
+            spec_validate(data)  # show problems now, but still hand over the YAML to edit
+        elif action == "save_template":
+            saved = template_save(owner=request.user, name=request.POST.get("template_name", ""), spec=data,
+                                  replace=bool(request.POST.get("replace")))
+            return redirect(f"/templates/?saved={saved.pk}")
+        else:
+            job = job_submit(owner=request.user, data=data)
+            return redirect("job_detail", job_id=job.pk)
+    except SpecError as exc:
+        if action != "to_yaml":
+            form.add_spec_errors(exc.errors)
+            return render(request, "jobs/new.html", _context(request, form, "yaml" if uses_text else "form"),
+                          status=422)
+    text = dump_yaml(data)
+    yaml_form = JobForm(initial={**form.cleaned_data, "spec_yaml": text, "spec_file": None}, pools=pools,
+                        mode=form.mode)
+    return render(request, "jobs/new.html", _context(request, yaml_form, "yaml"))
+
+
+def _to_form(request: HttpRequest, pools: list[str]) -> HttpResponse:
+    """YAML tab -> form tab: the spec's values in the typed fields, the rest kept in ``extra``."""
+    text_form = JobForm(request.POST, request.FILES, pools=pools)
+    text_form.is_valid()
+    try:
+        data = text_form.spec_data() if text_form.uses_text() else spec_from_fields(text_form.cleaned_data,
+                                                                                      text_form.mode)
+        initial = initial_from_spec(parse_spec(data).to_dict())
+    except SpecError as exc:
+        for path, message in exc.errors.items():
+            text_form.add_error("spec_yaml", f"{path}: {message}")
+        return render(request, "jobs/new.html", _context(request, text_form, "yaml"), status=422)
+    form = JobForm(initial={**mode_initial(initial["mode"]), **initial}, pools=pools)
+    return render(request, "jobs/new.html", _context(request, form, "form"))
+
+
+def _validate(request: HttpRequest, form: JobForm) -> HttpResponse:
+    """Inline validation: every field's current error (or none) as out-of-band swaps, plus the hint."""
+    errors: dict[str, list[str]] = {}
+    preview = None
+    data = None
+    if form.is_valid():
+        try:
+            data = form.spec_data()
+            spec_validate(data)
+            preview = JobSpec.model_validate(data) if not form.uses_text() else None
+        except SpecError as exc:
+            form.add_spec_errors(exc.errors)
+    for name, messages in form.errors.items():
+        errors[name] = list(messages)
+    shown = [(n, errors.get(n, [])) for n in form.fields if n not in ("extra", "spec_file")]
+    context = {"form": form, "fields": shown, "non_field": errors.get("__all__", []),
+               "preview_yaml": dump_yaml(data) if preview and data is not None else "",
+               "commands": run_locally(preview) if preview else []}
+    return render(request, "jobs/new.html#validation", context)
+
+
