@@ -80,15 +80,20 @@ class Runner:
 
     def _train(self) -> None:
         spec, s, wl = self.spec, self.strategy, self.workload
-        resumed = self._resume()
+        resumed_path = self._resume()
+        resumed = self.step if resumed_path else None
         self.reporter.emit("start", world_size=s.world_size, total_steps=self.total_steps, strategy=s.name,
                            epochs=spec.train.epochs, steps_per_epoch=self.steps_per_epoch,
                            resumed_from=resumed, unit=wl.unit)
+        if resumed_path:
+            self.reporter.emit("resume", step=self.step, path=resumed_path)
         self.log(f"{spec.name}: mode {spec.mode}, strategy {s.name}, {s.world_size} rank(s), "
                  f"{self.total_steps} steps ({self.steps_per_epoch}/epoch)"
                  + (f", resumed at step {resumed}" if resumed is not None else ""))
         print(f"rank {s.rank}/{s.world_size} ready on {self.device}: {self.sampler.num_samples} training "
               f"{'rows' if wl.unit == 'samples' else 'examples'} per epoch", flush=True)
+        if self._stop_requested():  # a SIGTERM during start-up: nothing new to save
+            raise Interrupted(signals.reason())
         self.model.train()
         window = Window()
         while self.step < self.total_steps and self.epoch < spec.train.epochs:
@@ -169,7 +174,8 @@ class Runner:
         self.reporter.emit("checkpoint", step=self.step, path=rel)
         self.log(f"checkpoint {rel}")
 
-    def _resume(self) -> int | None:
+    def _resume(self) -> str | None:
+        """Load the newest checkpoint if there is one; returns its path relative to the run dir."""
         if not self.spec.checkpoint.resume:
             return None
         path = checkpoint.latest(self.args.run_dir)
@@ -178,8 +184,7 @@ class Runner:
         state = checkpoint.load(self.strategy, path)
         self.step, self.epoch, self.micro = state["step"], state["epoch"], state["micro"]
         self.saved_step = self.step
-        self.reporter.emit("resume", step=self.step, path=str(path.relative_to(self.args.run_dir)))
-        return self.step
+        return str(path.relative_to(self.args.run_dir))
 
     def _stop_requested(self) -> bool:
         flag = 1.0 if signals.requested() else 0.0
