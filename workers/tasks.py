@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import logging
+import random
+import time
 
 import django
 
@@ -9,27 +11,62 @@ django.setup()
 
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down  # noqa: E402
 
-from trainhub.jobs.lifecycle import Outcome, job_claim, job_finish  # noqa: E402
-from trainhub.jobs.models import Status  # noqa: E402
-from trainhub.pools import registry  # noqa: E402
+from trainhub.jobs.lifecycle import Outcome, job_finish, job_release_gpus  # noqa: E402
+from trainhub.jobs.models import Job, LogLine, Status  # noqa: E402
+from trainhub.jobs.services import job_enqueue  # noqa: E402
+from trainhub.pools import registry, scheduling  # noqa: E402
 from workers import executor  # noqa: E402
 from workers.app import app  # noqa: E402
 
 log = logging.getLogger(__name__)
+#: how long a message that fits nowhere waits before going back to the queue
+WAIT_SECONDS = 1.0
 
 
 @app.task(name="trainhub.run_job", bind=True)
 def run_job(self, job_id: int, attempt: int = 1) -> str:
-    job = job_claim(job_id, attempt, hostname=self.request.hostname or "", task_id=self.request.id or "")
-    if job is None:
-        return "skipped: not queued for this attempt (cancelled, or already claimed)"
+    decision = scheduling.claim_next(job_id, attempt, hostname=self.request.hostname or "",
+                                     task_id=self.request.id or "")
+    if decision.drop:
+        return f"skipped: {decision.drop}"
+    if decision.job is None:
+        _send_again(job_id, wait=WAIT_SECONDS * random.uniform(0.8, 1.5))
+        return f"requeued: {decision.wait}"
+    job = decision.job
+    if job.pk != job_id:  # this message started a better job; its own job keeps a message
+        _send_again(job_id)
+    env_extra = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, decision.gpus))} if decision.gpus else {}
+    if job.pool.kind == job.pool.Kind.GPU and not decision.gpus:
+        env_extra["CUDA_VISIBLE_DEVICES"] = ""  # a job that asked for no GPU sees none
     try:
-        outcome = executor.execute(job)
+        outcome = executor.execute(job, env_extra=env_extra)
     except Exception as exc:  # the executor itself broke: record it, never leave the job running
-        log.exception("executor failed for job %s", job_id)
+        log.exception("executor failed for job %s", job.pk)
         outcome = Outcome(Status.FAILED, None, f"worker error: {exc}")
+    finally:
+        job_release_gpus(job)
     job_finish(job, outcome)
+    _trim_logs(job)
     return outcome.status
+
+
+def _send_again(job_id: int, wait: float = 0.0) -> None:
+    """Put a queued job's message back at the end of its pool's queue (status unchanged)."""
+    if wait:
+        time.sleep(wait)
+    job = Job.objects.select_related("pool").filter(pk=job_id, status=Status.QUEUED).first()
+    if job is not None:
+        job_enqueue(job)
+
+
+def _trim_logs(job: Job) -> None:
+    """Keep only the pool's ``log_retention_lines`` last lines of a finished job."""
+    keep = job.pool.log_retention_lines
+    if not keep or Job.objects.filter(pk=job.pk, status__in=[Status.QUEUED, Status.RUNNING]).exists():
+        return
+    last = LogLine.objects.filter(job_id=job.pk).order_by("-seq").values_list("seq", flat=True).first()
+    if last is not None and last >= keep:
+        LogLine.objects.filter(job_id=job.pk, seq__lte=last - keep).delete()
 
 
 @worker_ready.connect

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from trainhub.jobs.models import Job, Status
-from trainhub.pools.models import Worker
+from trainhub.pools.models import GpuLease, Worker
 
 
 @dataclass
@@ -27,17 +28,32 @@ def _lease_until():
     return timezone.now() + timedelta(seconds=settings.TRAINHUB_LEASE_SECONDS)
 
 
-def job_claim(job_id: int, attempt: int, *, hostname: str, task_id: str = "") -> Job | None:
-    """Compare-and-set ``queued -> running`` for this attempt; None if someone else has it."""
+def job_claim(job_id: int, attempt: int, *, hostname: str, task_id: str = "", gpus=()) -> Job | None:
+    """Compare-and-set ``queued -> running`` for this attempt, taking the GPU indices ``gpus``
+    of this worker in the same transaction; None if someone else has the job or a GPU."""
     job = Job.objects.select_related("pool").filter(pk=job_id).first()
     if job is None or job.status != Status.QUEUED or job.attempt != attempt:
         return None
     worker = Worker.objects.filter(hostname=hostname).first()
+    if gpus and worker is None:
+        return None
     token = job.lease_token + 1
-    won = job.transition(Status.RUNNING, reason=f"claimed by {hostname}", lease_token=token,
-                         lease_expires_at=_lease_until(), worker=worker, celery_task_id=task_id or job.celery_task_id,
-                         exit_code=None, error="")
+    reason = f"claimed by {hostname}" + (f" with GPU(s) {','.join(map(str, gpus))}" if gpus else "")
+    try:
+        with transaction.atomic():
+            won = job.transition(Status.RUNNING, reason=reason, lease_token=token, lease_expires_at=_lease_until(),
+                                 worker=worker, celery_task_id=task_id or job.celery_task_id, exit_code=None, error="")
+            if won and gpus:  # the unique (worker, index) constraint: two jobs never hold one GPU
+                GpuLease.objects.bulk_create([GpuLease(worker=worker, index=i, job_id=job.pk, lease_token=token)
+                                              for i in gpus])
+    except IntegrityError:  # another job took one of these GPUs first: the claim is rolled back
+        return None
     return job if won else None
+
+
+def job_release_gpus(job: Job) -> int:
+    """Give back the GPUs this attempt holds (leases of a newer claim are untouched)."""
+    return GpuLease.objects.filter(job_id=job.pk, lease_token__lte=job.lease_token).delete()[0]
 
 
 def job_renew(job: Job) -> str | None:
@@ -90,6 +106,7 @@ def jobs_reconcile(now=None) -> int:
         if not stale.update(lease_token=F("lease_token") + 1):
             continue
         job.refresh_from_db()
+        job_release_gpus(job)
         reason = f"worker {job.worker.hostname if job.worker else '?'} stopped renewing the lease"
         if job_finish(job, Outcome(Status.FAILED, None, f"lost worker: {reason}")):
             recovered += 1

@@ -16,26 +16,60 @@ log = logging.getLogger(__name__)
 RUN_JOB_TASK = "trainhub.run_job"
 
 
-def spec_validate(data: Any) -> tuple[JobSpec, WorkerPool]:
-    """Validate a spec mapping against the runner's model and this installation (pools, workspaces)."""
+def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
+    """Validate a spec mapping against the runner's model and this installation (pools, workspaces).
+
+    Fills the pool's default priority and timeout where the spec sets none; with ``owner``,
+    also checks that this user may submit to the pool."""
     spec = parse_spec(data)
     pool = WorkerPool.objects.filter(name=spec.pool).first()
     if pool is None:
         names = ", ".join(WorkerPool.objects.values_list("name", flat=True)) or "none exist yet"
         raise SpecError({"pool": f"no pool named {spec.pool!r}; choose one of: {names}"})
-    if not pool.enabled:
+    if not pool.accepts_submissions:
         raise SpecError({"pool": f"pool {pool.name!r} is disabled by an administrator; choose another pool"})
-    if spec.resources.gpus_per_node and pool.kind != WorkerPool.Kind.GPU:
+    if owner is not None and not pool.may_submit(owner):
+        raise SpecError({"pool": f"you may not submit to pool {pool.name!r} (restricted to some groups); "
+                                 "choose another pool or ask an administrator for access"})
+    if pool.mode_list and spec.mode not in pool.mode_list:
+        raise SpecError({"mode": f"pool {pool.name!r} accepts only {', '.join(pool.mode_list)} jobs; "
+                                 "change the mode or choose another pool"})
+    if "priority" not in spec.model_fields_set:
+        spec.priority = max(-100, min(100, pool.default_priority))
+    if spec.priority > pool.max_priority:
+        raise SpecError({"priority": f"pool {pool.name!r} allows priorities up to {pool.max_priority}; "
+                                     f"lower it to {pool.max_priority} or less"})
+    if "timeout_minutes" not in spec.model_fields_set and pool.default_timeout_minutes:
+        spec.timeout_minutes = pool.default_timeout_minutes
+    gpus = spec.resources.gpus_per_node
+    if gpus and pool.kind != WorkerPool.Kind.GPU:
         raise SpecError({"resources.gpus_per_node": f"pool {pool.name!r} has no GPUs; set 0 or choose a GPU pool"})
+    if gpus:
+        most = pool_gpu_capacity(pool)
+        if most is not None and gpus > most:
+            raise SpecError({"resources.gpus_per_node": f"no worker of pool {pool.name!r} has {gpus} GPUs "
+                                                        f"(the most is {most}); ask for {most} or fewer"})
+    if spec.resources.nodes > 1:
+        raise SpecError({"resources.nodes": "multi-node jobs are not scheduled yet (no gang scheduling); "
+                                            "set nodes: 1 and use procs_per_node for several ranks"})
     if spec.script and not Workspace.objects.filter(name=spec.script.workspace).exists():
         raise SpecError({"script.workspace": f"no workspace named {spec.script.workspace!r}; "
                                              "ask an administrator to register it"})
     return spec, pool
 
 
+def pool_gpu_capacity(pool: WorkerPool) -> int | None:
+    """The most GPUs one worker of the pool offers, or None when unknown (no worker seen yet)."""
+    counts = list(pool.workers.values_list("gpu_count", flat=True))
+    if not counts:
+        return pool.gpus_per_worker or None
+    most = max(counts)
+    return min(most, pool.gpus_per_worker) if pool.gpus_per_worker else most
+
+
 def job_submit(*, owner, data: Any) -> Job:
     """Validate, store as ``queued`` and enqueue after the transaction commits."""
-    spec, pool = spec_validate(data)
+    spec, pool = spec_validate(data, owner=owner)
     with transaction.atomic():
         job = Job.objects.create(owner=owner, name=spec.name, mode=spec.mode, spec=spec.to_dict(),
                                  pool=pool, priority=spec.priority)

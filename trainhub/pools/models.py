@@ -1,11 +1,15 @@
+import os
 from datetime import timedelta
 
+from django.conf import settings
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
 _queue_name = RegexValidator(r"^[A-Za-z0-9_.-]+$", "letters, digits, '.', '_' and '-' only")
+MODES = ("centralized", "ddp", "deepspeed", "llm", "script")
 
 
 class WorkerPool(models.Model):
@@ -13,12 +17,36 @@ class WorkerPool(models.Model):
         CPU = "cpu", "CPU"
         GPU = "gpu", "GPU"
 
+    class State(models.TextChoices):
+        ENABLED = "enabled", "enabled: takes and runs jobs"
+        DRAINING = "draining", "draining: running jobs finish, queued jobs wait"
+        DISABLED = "disabled", "disabled: submissions refused, queued jobs wait"
+
     name = models.CharField(max_length=100, unique=True, validators=[_queue_name])
     kind = models.CharField(max_length=3, choices=Kind.choices, default=Kind.CPU)
     queue = models.CharField(max_length=100, unique=True, validators=[_queue_name],
                              help_text="Celery queue its workers consume")
-    enabled = models.BooleanField(default=True, help_text="disabled pools accept no new jobs")
+    state = models.CharField(max_length=8, choices=State.choices, default=State.ENABLED)
+    #: derived from ``state`` on save (kept for readers that filter on it): the pool accepts submissions
+    enabled = models.BooleanField(default=True, editable=False)
     description = models.CharField(max_length=300, blank=True)
+    slots_per_worker = models.PositiveSmallIntegerField(
+        default=1, help_text="jobs one worker runs at once; read at every claim, so a change needs no restart "
+                             "(up to the worker's --threads)")
+    gpus_per_worker = models.PositiveSmallIntegerField(
+        default=0, help_text="GPUs each worker offers to jobs; 0 = all it detects")
+    modes = models.CharField(max_length=100, blank=True,
+                             help_text="comma-separated modes accepted (centralized, ddp, deepspeed, llm, script); "
+                                       "empty = all")
+    default_priority = models.SmallIntegerField(default=0, help_text="for jobs whose spec sets no priority")
+    max_priority = models.SmallIntegerField(default=100, help_text="higher priorities are refused at submit")
+    groups = models.ManyToManyField(Group, blank=True, help_text="who may submit; none selected = everyone")
+    max_jobs_per_user = models.PositiveSmallIntegerField(
+        default=0, help_text="running jobs per user in this pool; more wait in the queue; 0 = no limit")
+    default_timeout_minutes = models.PositiveIntegerField(
+        default=0, help_text="for jobs whose spec sets no timeout; 0 = the spec's default (120)")
+    log_retention_lines = models.PositiveIntegerField(
+        default=0, help_text="log lines kept per finished job (the last ones); 0 = keep all")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -27,16 +55,54 @@ class WorkerPool(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args, **kwargs):
+        if self.pk is None and not self.enabled and self.state == self.State.ENABLED:
+            self.state = self.State.DISABLED  # created the old way, WorkerPool(enabled=False)
+        self.enabled = self.state != self.State.DISABLED
+        if kwargs.get("update_fields") is not None and "state" in kwargs["update_fields"]:
+            kwargs["update_fields"] = {*kwargs["update_fields"], "enabled"}
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        bad = [m for m in self.mode_list if m not in MODES]
+        if bad:
+            raise ValidationError({"modes": f"unknown mode(s) {', '.join(bad)}; use some of {', '.join(MODES)}"})
+        if self.default_priority > self.max_priority:
+            raise ValidationError({"default_priority": "must not exceed the maximum priority"})
+
+    @property
+    def mode_list(self) -> list[str]:
+        return [m.strip() for m in self.modes.split(",") if m.strip()]
+
+    @property
+    def accepts_submissions(self) -> bool:
+        return self.enabled and self.state != self.State.DISABLED
+
+    @property
+    def starts_jobs(self) -> bool:
+        return self.state == self.State.ENABLED
+
+    def may_submit(self, user) -> bool:
+        if user is None or user.is_superuser:
+            return True
+        allowed = list(self.groups.values_list("pk", flat=True))
+        return not allowed or user.groups.filter(pk__in=allowed).exists()
+
+
+def offline_after() -> timedelta:
+    """A worker whose last heartbeat is older than this is shown offline (TRAINHUB_OFFLINE_SECONDS, default 60)."""
+    return timedelta(seconds=getattr(settings, "TRAINHUB_OFFLINE_SECONDS", None)
+                     or int(os.environ.get("TRAINHUB_OFFLINE_SECONDS", "60")))
+
 
 class Worker(models.Model):
-    #: a worker whose last heartbeat is older than this is shown offline
-    OFFLINE_AFTER = timedelta(seconds=60)
-
     hostname = models.CharField(max_length=255, unique=True, help_text="Celery node name")
     pool = models.ForeignKey(WorkerPool, on_delete=models.CASCADE, related_name="workers")
     started_at = models.DateTimeField(default=timezone.now)
     last_heartbeat = models.DateTimeField(default=timezone.now)
     info = models.JSONField(default=dict, blank=True, help_text="CPUs, memory, GPUs, versions")
+    gpu_count = models.PositiveSmallIntegerField(default=0, help_text="GPUs detected (NVML) or declared")
+    threads = models.PositiveSmallIntegerField(default=1, help_text="most jobs this process can run at once")
 
     class Meta:
         ordering = ["pool__name", "hostname"]
@@ -46,7 +112,33 @@ class Worker(models.Model):
 
     @property
     def online(self) -> bool:
-        return timezone.now() - self.last_heartbeat < self.OFFLINE_AFTER
+        return timezone.now() - self.last_heartbeat < offline_after()
+
+    @property
+    def heartbeat_age(self) -> float:
+        return (timezone.now() - self.last_heartbeat).total_seconds()
+
+    @property
+    def usable_gpus(self) -> int:
+        cap = self.pool.gpus_per_worker
+        return min(self.gpu_count, cap) if cap else self.gpu_count
+
+
+class GpuLease(models.Model):
+    """One GPU of one worker held by one job. The unique constraint makes sharing impossible."""
+
+    worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="gpu_leases")
+    index = models.PositiveSmallIntegerField()
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="gpu_leases")
+    lease_token = models.PositiveIntegerField(help_text="the job's lease token when taken")
+    taken_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["worker", "index"]
+        constraints = [models.UniqueConstraint(fields=["worker", "index"], name="gpulease_worker_index")]
+
+    def __str__(self) -> str:
+        return f"{self.worker} GPU {self.index} → job {self.job_id}"
 
 
 class Workspace(models.Model):

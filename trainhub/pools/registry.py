@@ -1,26 +1,37 @@
 """The live worker registry: workers announce themselves and send heartbeats."""
 from __future__ import annotations
 
+import logging
 import os
 import platform
-import logging
 import threading
+from importlib import metadata
 
 from django.db import close_old_connections
 from django.utils import timezone
 
-from trainhub.pools.models import Worker, WorkerPool
+from trainhub.pools import gpus
+from trainhub.pools.models import GpuLease, Worker, WorkerPool, offline_after
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = int(os.environ.get("TRAINHUB_HEARTBEAT_SECONDS", "10"))
 
 
+def _version(package: str) -> str | None:
+    # From the installed metadata: no import of torch/DeepSpeed needed (and never in the web process).
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def host_info() -> dict:
     import psutil
 
-    info = {"cpus": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-            "python": platform.python_version(), "platform": platform.platform()}
-    return info
+    return {"cpus": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+            "python": platform.python_version(), "platform": platform.platform(), "host": platform.node(),
+            "gpus": gpus.inventory(), "torch": _version("torch"), "deepspeed": _version("deepspeed"),
+            "pid": os.getpid()}
 
 
 def worker_online(hostname: str) -> Worker | None:
@@ -28,15 +39,24 @@ def worker_online(hostname: str) -> Worker | None:
     pool = WorkerPool.objects.filter(name=pool_name).first()
     if pool is None:
         return None
+    info = host_info()
     worker, _ = Worker.objects.update_or_create(
         hostname=hostname,
-        defaults={"pool": pool, "started_at": timezone.now(), "last_heartbeat": timezone.now(), "info": host_info()})
+        defaults={"pool": pool, "started_at": timezone.now(), "last_heartbeat": timezone.now(), "info": info,
+                  "gpu_count": len(info["gpus"]), "threads": int(os.environ.get("TRAINHUB_WORKER_THREADS", "1"))})
     threading.Thread(target=_beat, args=(hostname,), daemon=True, name="trainhub-heartbeat").start()
     return worker
 
 
 def worker_offline(hostname: str) -> None:
-    Worker.objects.filter(hostname=hostname).update(last_heartbeat=timezone.now() - Worker.OFFLINE_AFTER)
+    Worker.objects.filter(hostname=hostname).update(last_heartbeat=timezone.now() - offline_after())
+
+
+def leases_sweep() -> int:
+    """Release GPU leases whose job is no longer running (a safety net behind every exit path)."""
+    from trainhub.jobs.models import Status
+
+    return GpuLease.objects.exclude(job__status__in=[Status.RUNNING, Status.CANCELLING]).delete()[0]
 
 
 def _beat(hostname: str) -> None:
@@ -48,11 +68,10 @@ def _beat(hostname: str) -> None:
         try:
             Worker.objects.filter(hostname=hostname).update(last_heartbeat=timezone.now())
             jobs_reconcile()
+            leases_sweep()
         except Exception:  # the database is briefly away: try again next beat
             log.warning("heartbeat of %s failed; retrying", hostname, exc_info=True)
 
 
 def online_workers(pool: WorkerPool):
-    return pool.workers.filter(last_heartbeat__gte=timezone.now() - Worker.OFFLINE_AFTER)
-
-
+    return pool.workers.filter(last_heartbeat__gte=timezone.now() - offline_after())

@@ -14,7 +14,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--pool", default="cpu", help="worker pool name (see the admin)")
-        parser.add_argument("--slots", type=int, default=1, help="jobs this worker runs at once")
+        parser.add_argument("--slots", type=int, default=0,
+                            help="most jobs this worker can ever run at once (its threads; default: the pool's "
+                                 "slots per worker, at least 4). The pool's 'job slots per worker', read at every "
+                                 "claim, limits it further, so the admin can change slots without a restart")
         parser.add_argument("--name", default="", help="Celery node name (default POOL@HOSTNAME)")
         parser.add_argument("--loglevel", default="INFO")
 
@@ -23,13 +26,16 @@ class Command(BaseCommand):
         if found is None:
             names = ", ".join(WorkerPool.objects.values_list("name", flat=True)) or "none"
             raise CommandError(f"no pool named {pool!r} (existing: {names}); create it in the admin first")
-        if slots < 1:
-            raise CommandError("--slots must be at least 1")
+        if slots < 0:
+            raise CommandError("--slots must be at least 1 (or 0 for the default)")
+        slots = slots or max(found.slots_per_worker, 4)
         node = name or f"{found.name}@{socket.gethostname()}"
-        env = {**os.environ, "TRAINHUB_POOL": found.name, "REDIS_URL": settings.REDIS_URL}
+        env = {**os.environ, "TRAINHUB_POOL": found.name, "TRAINHUB_WORKER_THREADS": str(slots),
+               "REDIS_URL": settings.REDIS_URL}
         argv = [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", found.queue, "-n", node,
                 "--pool", "threads", "-c", str(slots), "--loglevel", loglevel, "--without-gossip",
                 "--without-mingle"]
-        self.stdout.write(f"worker {node} for pool {found.name} (queue {found.queue}, {slots} slot(s))")
+        self.stdout.write(f"worker {node} for pool {found.name} (queue {found.queue}, up to {slots} job(s) at once; "
+                          f"pool slots per worker: {found.slots_per_worker})")
         self.stdout.flush()
         os.execve(sys.executable, argv, env)

@@ -1,0 +1,88 @@
+"""Which queued job a worker runs next, and with which GPUs.
+
+A run message is a wake-up for its pool, not an order: the worker claims the best queued
+job of the pool that fits it *now* (highest priority first, FIFO within a priority; a
+smaller job may start ahead of a bigger one that does not fit — backfill). Pool settings
+are read from the database at every claim, so admin changes need no worker restart.
+
+Every queued job keeps a message of its own: when a worker starts another job than the
+message's, the message is sent again for its job; when nothing fits, it goes back to the
+queue after a short wait, the job's status untouched.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from django.db.models import Count, Q
+
+from trainhub.jobs.lifecycle import job_claim
+from trainhub.jobs.models import Job, Status
+from trainhub.pools.models import GpuLease, Worker, WorkerPool
+
+RUNNING = (Status.RUNNING, Status.CANCELLING)
+CANDIDATES = 200  # queued jobs looked at per claim, best first
+_claim_lock = threading.Lock()  # one claim at a time per worker process: slots are counted, then taken
+
+
+@dataclass
+class Decision:
+    job: Job | None = None
+    gpus: list[int] = field(default_factory=list)
+    wait: str = ""  # nothing fits now: put the message back (status unchanged)
+    drop: str = ""  # the message is stale (job cancelled, claimed or retried): forget it
+
+
+def needs(spec: dict) -> tuple[int, int]:
+    res = spec.get("resources") or {}
+    return int(res.get("nodes", 1)), int(res.get("gpus_per_node", 0))
+
+
+def free_gpus(worker: Worker) -> list[int]:
+    held = set(GpuLease.objects.filter(worker=worker).values_list("index", flat=True))
+    return [i for i in range(worker.usable_gpus) if i not in held]
+
+
+def queue_position(job: Job) -> int | None:
+    """1 = next to start in its pool; None when the job is not queued."""
+    if job.status != Status.QUEUED:
+        return None
+    ahead = Job.objects.filter(pool_id=job.pool_id, status=Status.QUEUED)
+    return ahead.filter(Q(priority__gt=job.priority) | Q(priority=job.priority, id__lt=job.pk)).count() + 1
+
+
+def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") -> Decision:
+    hint = Job.objects.filter(pk=hint_id).values("status", "attempt", "pool_id").first()
+    if hint is None or hint["status"] != Status.QUEUED or hint["attempt"] != attempt:
+        return Decision(drop="not queued for this attempt (cancelled, or already claimed)")
+    worker = Worker.objects.select_related("pool").filter(hostname=hostname).first()
+    if worker is None:
+        return Decision(wait=f"worker {hostname} is not registered yet")
+    pool = worker.pool  # fresh from the database: drain, slots and limits take effect at once
+    if pool.pk != hint["pool_id"]:
+        return Decision(wait=f"the job belongs to another pool than {pool.name}")
+    if pool.state != WorkerPool.State.ENABLED:
+        return Decision(wait=f"pool {pool.name} is {pool.state}")
+    with _claim_lock:
+        slots = min(pool.slots_per_worker, worker.threads or pool.slots_per_worker)
+        running = Job.objects.filter(worker=worker, status__in=RUNNING).count()
+        if running >= slots:
+            return Decision(wait=f"all {slots} slot(s) of {hostname} are busy")
+        free = free_gpus(worker)
+        at_limit: set[int] = set()
+        if pool.max_jobs_per_user:
+            per_owner = (Job.objects.filter(pool=pool, status__in=RUNNING).values("owner_id")
+                         .annotate(n=Count("id")).filter(n__gte=pool.max_jobs_per_user))
+            at_limit = {row["owner_id"] for row in per_owner}
+        queued = (Job.objects.filter(pool=pool, status=Status.QUEUED).order_by("-priority", "id")
+                  .only("id", "attempt", "spec", "owner_id", "priority")[:CANDIDATES])
+        for job in queued:
+            nodes, gpus = needs(job.spec)
+            if nodes > 1 or gpus > len(free) or job.owner_id in at_limit:
+                continue
+            claimed = job_claim(job.pk, job.attempt, hostname=hostname, task_id=task_id, gpus=free[:gpus])
+            if claimed is not None:
+                return Decision(job=claimed, gpus=free[:gpus])
+            free = free_gpus(worker)
+    return Decision(wait=f"no queued job of pool {pool.name} fits {hostname} now "
+                         f"({len(free)} free GPU(s), {slots - running} free slot(s))")
