@@ -47,10 +47,7 @@ def _finish(raw: bytes, dropped: int = 0) -> tuple[int, str]:
     A progress bar that rewrote the line with ``\\r`` keeps only its latest state; a line
     longer than ``MAX_LINE`` characters is cut with a marker saying how much was dropped.
     """
-    return _finish_text(raw.decode("utf-8", "replace"), dropped)
-
-
-def _finish_text(text: str, dropped: int = 0) -> tuple[int, str]:
+    text = raw.decode("utf-8", "replace")
     rank = 0
     match = launch.RANK_LINE.match(text)
     if match:
@@ -93,23 +90,16 @@ class _LineSplitter:
             out.append(_finish(self.buf, self.dropped))
             self.buf, self.dropped, self.shown, chunk = b"", 0, None, chunk[end + 1:]
         data = self.buf + chunk
-        end = data.rfind(b"\n")
-        if end >= 0:
+        *complete, self.buf = data.split(b"\n")
+        if complete:
             self.since = None
-            texts = data[:end].decode("utf-8", "replace").split("\n")
-            self.buf = data[end + 1:]
-            if self.shown is not None:
-                line = _finish_text(texts.pop(0))
-                if line != self.shown:  # else this final state was already shown as a partial line
-                    out.append(line)
+        for raw in complete:
+            line = _finish(raw)
+            if self.shown is not None and line == self.shown:
                 self.shown = None
-            plain = all(len(t) <= MAX_LINE for t in texts) if len(data) > MAX_LINE else True
-            if plain and "\r" not in data and b"[rank" not in data:
-                out.extend([(0, t) for t in texts])  # the common case, at a fraction of the cost
-            else:
-                out.extend([_finish_text(t) for t in texts])
-        else:
-            self.buf = data
+                continue  # this final state was already shown as a partial line
+            self.shown = None
+            out.append(line)
         if len(self.buf) > MAX_LINE_BYTES:
             cr = self.buf.rfind(b"\r")
             if cr > 0:
@@ -143,7 +133,7 @@ class _LineSplitter:
 
 
 def _pump(pipe, stream: str, out: queue.Queue) -> None:
-    """Read one pipe in chunks; put ``(stream, [(rank, text), ...])`` on ``out``."""
+    """Read one pipe in chunks; put lists of ``(rank, stream, text)`` on ``out``."""
     fd = pipe.fileno()
     splitter = _LineSplitter()
     while True:
@@ -159,10 +149,10 @@ def _pump(pipe, stream: str, out: queue.Queue) -> None:
             lines = splitter.feed(chunk)
         lines += splitter.partial(time.monotonic())
         if lines:
-            out.put((stream, lines))
+            out.put([(rank, stream, text) for rank, text in lines])
     tail = splitter.close()
     if tail:
-        out.put((stream, tail))
+        out.put([(rank, stream, text) for rank, text in tail])
     pipe.close()
 
 
@@ -180,18 +170,18 @@ class Execution:
 
     # -- output -------------------------------------------------------------
     def system(self, text: str) -> None:
-        self.lines.put(("s", [(0, text)]))
+        self.lines.put((0, "s", text))
 
     def flush_lines(self) -> None:
         batch = []
         while True:
             try:
-                stream, items = self.lines.get_nowait()
+                item = self.lines.get_nowait()
             except queue.Empty:
                 break
-            seq = self.seq
-            batch.extend([(seq + i, rank, stream, text) for i, (rank, text) in enumerate(items)])  # Line-shaped
-            self.seq += len(items)
+            for rank, stream, text in (item,) if isinstance(item, tuple) else item:
+                batch.append(logs.Line(self.seq, rank, stream, text))
+                self.seq += 1
         for start in range(0, len(batch), FLUSH_MAX):  # bounded statements, even after a burst
             logs.append_lines(self.job.pk, batch[start:start + FLUSH_MAX])
 
