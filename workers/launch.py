@@ -10,7 +10,8 @@ Contract with the executor::
   ``python -m workers.runner --config C --run-dir D`` / ``python <workspace>/train.py ARGS``.
   Its lines are not tagged; they are rank 0's.
 - Several processes (ddp, deepspeed, llm with several ranks, script with torchrun or
-  deepspeed): ``python -m torch.distributed.run --tee 3 ... -m workers.runner ...``. DeepSpeed
+  deepspeed): ``python -m torch.distributed.run --tee 3 ... -m workers.runner ...``, or for a
+  script ``... workers/runner/script_entry.py <workspace>/train.py ARGS`` (``-m pkg.train``). DeepSpeed
   jobs go through torchrun too (DeepSpeed reads torchrun's RANK/LOCAL_RANK/MASTER_* env), so
   tagging is uniform. Every line a rank prints (stdout and stderr) is echoed by torchrun with
   the prefix ``[rank<GLOBAL_RANK>]: `` — e.g. ``[rank1]: epoch 1/3 step 10/90 ...`` — set
@@ -20,9 +21,9 @@ Contract with the executor::
   torchrun also keeps per-rank copies under ``<run_dir>/logs/``.
 - Stopping: torchrun starts each rank in a session of its own, so a signal to the launcher's
   process group reaches torchrun, which forwards SIGTERM to every rank. Send SIGTERM, allow
-  ``TRAINHUB_STOP_GRACE_S`` (15 s) plus a few seconds for the checkpoint, then SIGKILL. Runner
-  ranks also get SIGTERM if torchrun itself dies (PR_SET_PDEATHSIG); a team's own script in
-  script mode does not, so do not SIGKILL torchrun before it has stopped its ranks.
+  ``TRAINHUB_STOP_GRACE_S`` (15 s) plus a few seconds for the checkpoint, then SIGKILL. Every
+  rank (the runner's, and a team's script through ``script_entry.py``) also gets SIGTERM if
+  torchrun itself dies (PR_SET_PDEATHSIG), so a SIGKILL to the group leaves no rank behind.
 - Several machines: pass ``nnodes``, ``node_rank``, ``rdzv_endpoint="host:port"`` (the c10d
   store, reachable from every node) and ``rdzv_id`` (same on every node, e.g. the job id).
   One machine uses ``--standalone`` (a free local port, so jobs never collide).
@@ -39,6 +40,7 @@ from workers.runner.config import JobSpec, SpecError
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 RANK_LINE = re.compile(r"^\[rank(\d+)\]:\s?")
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SCRIPT_ENTRY = REPO_ROOT / "workers" / "runner" / "script_entry.py"
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
@@ -56,6 +58,7 @@ def argv(spec: JobSpec, config_path: str | Path, run_dir: str | Path, *, nnodes:
         tail = program + list(spec.script.args)
         if not _multi_process(spec):
             return [python, *tail]
+        tail = [str(SCRIPT_ENTRY), *tail]  # each rank dies with torchrun (see script_entry.py)
     else:
         tail = ["-m", "workers.runner", "--config", str(Path(config_path).resolve()), "--run-dir", run_dir]
         if not _multi_process(spec):

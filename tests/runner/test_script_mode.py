@@ -48,7 +48,8 @@ def test_script_argv_puts_each_user_arg_in_its_own_item(tmp_path):
     spec = parse_spec(_script_spec())
     argv = launch.argv(spec, "job.yaml", tmp_path / "run", workspace_dir=tmp_path)
 
-    assert argv[-5:] == [str((tmp_path / "train.py").resolve()), "--lr", "0.1", "$(touch /tmp/pwned)", "a b"]
+    assert argv[-6:] == [str(launch.SCRIPT_ENTRY), str((tmp_path / "train.py").resolve()),
+                         "--lr", "0.1", "$(touch /tmp/pwned)", "a b"]
     assert "--tee" in argv and "--standalone" in argv
 
 
@@ -104,3 +105,33 @@ def test_a_python_launcher_for_two_processes_is_refused():
     with pytest.raises(SpecError) as err:
         parse_spec(_script_spec(launcher="python"))
     assert "use torchrun" in err.value.errors["script.launcher"]
+
+
+@pytest.mark.slow
+def test_a_team_scripts_ranks_die_when_torchrun_is_killed_outright(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    from tests.runner.conftest import command
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "train.py").write_text("import time\nprint('training', flush=True)\ntime.sleep(600)\n")
+    argv, env, cwd, run_dir = command(_script_spec(args=[]), tmp_path, workspace=workspace)
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    seen = 0
+    for line in proc.stdout:
+        seen += "training" in line
+        if seen == 2:
+            break
+    ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if "train.py" in " ".join(p.cmdline())]
+    assert len(ranks) == 2
+    proc.kill()
+    proc.wait(timeout=10)
+    gone, alive = psutil.wait_procs(ranks, timeout=10)
+    for p in alive:
+        p.send_signal(signal.SIGKILL)
+    assert alive == []
