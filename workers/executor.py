@@ -47,7 +47,10 @@ def _finish(raw: bytes, dropped: int = 0) -> tuple[int, str]:
     A progress bar that rewrote the line with ``\\r`` keeps only its latest state; a line
     longer than ``MAX_LINE`` characters is cut with a marker saying how much was dropped.
     """
-    text = raw.decode("utf-8", "replace")
+    return _finish_text(raw.decode("utf-8", "replace"), dropped)
+
+
+def _finish_text(text: str, dropped: int = 0) -> tuple[int, str]:
     rank = 0
     match = launch.RANK_LINE.match(text)
     if match:
@@ -90,16 +93,24 @@ class _LineSplitter:
             out.append(_finish(self.buf, self.dropped))
             self.buf, self.dropped, self.shown, chunk = b"", 0, None, chunk[end + 1:]
         data = self.buf + chunk
-        *complete, self.buf = data.split(b"\n")
-        if complete:
+        end = data.rfind(b"\n")
+        if end >= 0:
             self.since = None
-        for raw in complete:
-            line = _finish(raw)
-            if self.shown is not None and line == self.shown:
+            head = data[:end]
+            texts = head.decode("utf-8", "replace").split("\n")
+            self.buf = data[end + 1:]
+            if self.shown is not None:
+                line = _finish_text(texts.pop(0))
+                if line != self.shown:  # else this final state was already shown as a partial line
+                    out.append(line)
                 self.shown = None
-                continue  # this final state was already shown as a partial line
-            self.shown = None
-            out.append(line)
+            plain = all(len(t) <= MAX_LINE for t in texts) if len(head) > MAX_LINE else True
+            if plain and b"\r" not in head and b"[rank" not in head:
+                out.extend([(0, t) for t in texts])  # the common case, at a fraction of the cost
+            else:
+                out.extend([_finish_text(t) for t in texts])
+        else:
+            self.buf = data
         if len(self.buf) > MAX_LINE_BYTES:
             cr = self.buf.rfind(b"\r")
             if cr > 0:
@@ -133,7 +144,7 @@ class _LineSplitter:
 
 
 def _pump(pipe, stream: str, out: queue.Queue) -> None:
-    """Read one pipe in chunks; put lists of ``(rank, stream, text)`` on ``out``."""
+    """Read one pipe in chunks; put ``(stream, [(rank, text), ...])`` on ``out``."""
     fd = pipe.fileno()
     splitter = _LineSplitter()
     while True:
@@ -149,10 +160,10 @@ def _pump(pipe, stream: str, out: queue.Queue) -> None:
             lines = splitter.feed(chunk)
         lines += splitter.partial(time.monotonic())
         if lines:
-            out.put([(rank, stream, text) for rank, text in lines])
+            out.put((stream, lines))
     tail = splitter.close()
     if tail:
-        out.put([(rank, stream, text) for rank, text in tail])
+        out.put((stream, tail))
     pipe.close()
 
 
@@ -170,18 +181,18 @@ class Execution:
 
     # -- output -------------------------------------------------------------
     def system(self, text: str) -> None:
-        self.lines.put((0, "s", text))
+        self.lines.put(("s", [(0, text)]))
 
     def flush_lines(self) -> None:
         batch = []
         while True:
             try:
-                item = self.lines.get_nowait()
+                stream, items = self.lines.get_nowait()
             except queue.Empty:
                 break
-            for rank, stream, text in (item,) if isinstance(item, tuple) else item:
-                batch.append(logs.Line(self.seq, rank, stream, text))
-                self.seq += 1
+            seq = self.seq
+            batch.extend([(seq + i, rank, stream, text) for i, (rank, text) in enumerate(items)])  # Line-shaped
+            self.seq += len(items)
         for start in range(0, len(batch), FLUSH_MAX):  # bounded statements, even after a burst
             logs.append_lines(self.job.pk, batch[start:start + FLUSH_MAX])
 
@@ -251,8 +262,10 @@ class Execution:
         next_renew = started + renew_every
         next_events = started + EVENTS_SECONDS
         stop_reason: tuple[str, str] | None = None
+        flushed = time.monotonic()
         while self.proc.poll() is None:
-            time.sleep(BATCH_SECONDS)
+            time.sleep(max(0.0, BATCH_SECONDS - (time.monotonic() - flushed)))  # a flush every 50 ms, not 50 ms + flush
+            flushed = time.monotonic()
             self.flush_lines()
             now = time.monotonic()
             if now >= next_events:  # charts and progress follow within about a second

@@ -22,7 +22,8 @@ def run(code: str, *, timeout: float = 20) -> list[tuple[int, str, str]]:
         r.join(timeout)
     lines = []
     while not out.empty():
-        lines.extend(out.get())
+        stream, items = out.get()
+        lines.extend((rank, stream, text) for rank, text in items)
     return lines
 
 
@@ -43,12 +44,12 @@ def test_a_progress_bar_that_never_ends_its_line_still_shows_its_latest_state():
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     reader = threading.Thread(target=_pump, args=(proc.stdout, "o", out))
     reader.start()
-    first = out.get(timeout=3)  # long before the line ends
-    assert first[0][2].startswith("step ") and first[0][0] == 1
+    _, first = out.get(timeout=3)  # long before the line ends
+    assert first[0][1].startswith("step ") and first[0][0] == 1
     proc.wait(10)
     reader.join(10)
-    rest = [line for item in [first] + [out.get() for _ in range(out.qsize())] for line in item]
-    assert len(rest) <= 4 and rest[-1] == (0, "o", "finished")
+    rest = first + [line for _ in range(out.qsize()) for line in out.get()[1]]
+    assert len(rest) <= 4 and rest[-1] == (0, "finished")
 
 
 def test_a_very_long_line_is_cut_with_a_marker_and_the_next_line_survives():
@@ -66,6 +67,12 @@ def test_a_last_line_without_newline_is_kept():
 def test_many_lines_arrive_in_order_and_complete():
     lines = run("import sys\nfor i in range(100000): print(i)")
     assert [int(t) for _, _, t in lines] == list(range(100000))
+
+
+def test_progress_bars_and_rank_prefixes_mixed_with_plain_lines_in_one_chunk():
+    code = ("import sys; sys.stdout.write('a\\n[rank1]: b\\n10%\\r20%\\r30%\\nc\\n'); "
+            "print('[rank1]: \\r[rank1]: 50%\\r[rank1]: 99%')")
+    assert run(code) == [(0, "o", "a"), (1, "o", "b"), (0, "o", "30%"), (0, "o", "c"), (1, "o", "99%")]
 
 
 def test_invalid_utf8_does_not_stop_the_pump():

@@ -95,19 +95,20 @@ class Follower:
 
     async def live(self) -> tuple[list[str], bool]:
         """Frames from the Redis Stream; the flag says whether a hole needs the database."""
-        reply = await self.redis.xread({self.key: self.redis_id}, count=DB_BATCH, block=BLOCK_MS)
+        reply = await self.redis.xread({self.key: self.redis_id}, count=20, block=BLOCK_MS)
         out, hole = [], False
         for _key, entries in reply or ():
             for entry_id, fields in entries:
                 self.redis_id = entry_id.decode()
-                line = logs.Line(int(fields[b"seq"]), int(fields[b"rank"]), fields[b"stream"].decode(),
-                                 fields[b"text"].decode("utf-8", "replace"))
-                if line.seq <= self.cursor:
-                    continue  # already sent (from the database)
-                if line.seq != self.cursor + 1:
-                    hole = True
+                for line in logs.decode_entry(fields):
+                    if line.seq <= self.cursor:
+                        continue  # already sent (from the database)
+                    if line.seq != self.cursor + 1:
+                        hole = True
+                        break
+                    out.append(self.frame(line))
+                if hole:
                     break
-                out.append(self.frame(line))
             if hole:
                 break
         return [f for f in out if f], hole

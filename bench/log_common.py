@@ -1,0 +1,109 @@
+"""Shared set-up for the live-log benchmarks: a private Redis, database, Celery worker and
+uvicorn; jobs in script mode running ``bench/log_printer.py`` through the real executor.
+
+Not a test: the figures go to docs/BENCHMARKS.md ("Live logs").
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+class Stack:
+    def __init__(self, web: bool = True):
+        self.tmp = Path(tempfile.mkdtemp(prefix="trainhub-logbench-"))
+        self.procs: list[subprocess.Popen] = []
+        self.web = web
+
+    def __enter__(self) -> "Stack":
+        from tests.conftest import RedisServer, free_port
+
+        self.redis = RedisServer(self.tmp)
+        self.redis.start()
+        self.env = {**os.environ, "TRAINHUB_VAR_DIR": str(self.tmp), "REDIS_URL": self.redis.url,
+                    "DJANGO_SETTINGS_MODULE": "trainhub.settings", "PYTHONUNBUFFERED": "1",
+                    "TRAINHUB_RUNS_DIR": str(self.tmp / "runs")}
+        os.environ.update(self.env)
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=self.env, check=True)
+        import django
+
+        django.setup()
+        from django.contrib.auth import get_user_model
+
+        from trainhub.pools.models import WorkerPool, Workspace
+
+        WorkerPool.objects.get_or_create(name="cpu", defaults={"kind": "cpu", "queue": "cpu"})
+        Workspace.objects.get_or_create(name="logbench", defaults={"path": str(ROOT / "bench")})
+        self.user = get_user_model().objects.create_user("bench", password="bench-password-1")
+        self._spawn([sys.executable, "manage.py", "runworker", "--pool", "cpu", "--slots", "1"], "worker.log")
+        if self.web:
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            self._spawn([sys.executable, "-m", "uvicorn", "trainhub.asgi:application", "--port", str(self.port),
+                         "--log-level", "warning", "--no-access-log"], "web.log")
+            self._wait_web()
+        return self
+
+    def _spawn(self, argv: list[str], log: str) -> None:
+        self.procs.append(subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=open(self.tmp / log, "ab"),
+                                           stderr=subprocess.STDOUT, start_new_session=True))
+
+    def _wait_web(self) -> None:
+        import httpx
+
+        for _ in range(300):
+            try:
+                httpx.get(self.url + "/login", timeout=1)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("uvicorn did not start")
+
+    def cookies(self) -> dict:
+        from django.conf import settings
+        from django.test import Client
+
+        client = Client()
+        client.force_login(self.user)
+        return {settings.SESSION_COOKIE_NAME: client.cookies[settings.SESSION_COOKIE_NAME].value}
+
+    def submit(self, *args: str, name: str = "logbench"):
+        from trainhub.jobs.services import job_submit
+
+        return job_submit(owner=self.user, data={"name": name, "mode": "script", "timeout_minutes": 60,
+                                                 "script": {"workspace": "logbench", "entry": "log_printer.py",
+                                                            "args": list(args)}})
+
+    def wait_final(self, job_id: int, timeout: float = 1800):
+        from trainhub.jobs.models import FINAL, Job
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            job = Job.objects.get(pk=job_id)
+            if job.status in FINAL:
+                return job
+            time.sleep(0.2)
+        raise RuntimeError(f"job {job_id} did not finish in {timeout}s")
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(20)
+            except Exception:
+                proc.kill()
+        self.redis.stop()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
