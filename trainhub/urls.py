@@ -11,5 +11,6 @@ urlpatterns = [
     path("api/", api.urls),
     path("tokens/", include("trainhub.api.urls")),
     path("templates/", include("trainhub.jobs.template_views")),
+    path("pools/", include("trainhub.pools.views")),
     path("", include("trainhub.jobs.urls")),
 ]

@@ -1,35 +1,89 @@
-from django.contrib import admin
+"""Pools in the admin. Every edit is recorded (the admin's history: who, what, when) and
+takes effect on live workers at their next claim — no restart."""
+from django.contrib import admin, messages
+from django.urls import reverse
+from django.utils.html import format_html
 
-from trainhub.pools.models import Worker, WorkerPool, Workspace
+from trainhub.pools.models import GpuLease, Worker, WorkerPool, Workspace
+from trainhub.pools.services import pool_cancel_jobs, pool_set_state
 
 
 class WorkerInline(admin.TabularInline):
     model = Worker
     extra = 0
-    fields = ("hostname", "last_heartbeat", "online")
-    readonly_fields = ("hostname", "last_heartbeat", "online")
+    fields = ("hostname", "last_heartbeat", "online", "gpu_count", "threads")
+    readonly_fields = fields
+    can_delete = True
 
     @admin.display(boolean=True)
     def online(self, obj: Worker) -> bool:
         return obj.online
 
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
 
 @admin.register(WorkerPool)
 class WorkerPoolAdmin(admin.ModelAdmin):
-    list_display = ("name", "kind", "queue", "enabled")
-    list_filter = ("kind", "enabled")
+    list_display = ("name", "kind", "queue", "state", "slots_per_worker", "gpus_per_worker", "page")
+    list_filter = ("kind", "state")
+    filter_horizontal = ("groups",)
     inlines = [WorkerInline]
+    actions = ["drain", "disable", "enable", "cancel_jobs"]
+    fieldsets = [
+        (None, {"fields": ("name", "kind", "queue", "state", "description")}),
+        ("Capacity", {"fields": ("slots_per_worker", "gpus_per_worker", "modes")}),
+        ("Who and how", {"fields": ("groups", "max_jobs_per_user", "default_priority", "max_priority",
+                                    "default_timeout_minutes", "log_retention_lines")}),
+    ]
+
+    @admin.display(description="pool page")
+    def page(self, obj: WorkerPool) -> str:
+        return format_html('<a href="{}">open</a>', reverse("pool_detail", args=[obj.name]))
+
+    def _set_state(self, request, queryset, state):
+        changed = sum(pool_set_state(pool, state, actor=request.user) for pool in queryset)
+        self.message_user(request, f"{changed} pool(s) now {state}", messages.SUCCESS)
+
+    @admin.action(description="Drain: running jobs finish, no new ones start")
+    def drain(self, request, queryset):
+        self._set_state(request, queryset, WorkerPool.State.DRAINING)
+
+    @admin.action(description="Disable: refuse new submissions")
+    def disable(self, request, queryset):
+        self._set_state(request, queryset, WorkerPool.State.DISABLED)
+
+    @admin.action(description="Enable")
+    def enable(self, request, queryset):
+        self._set_state(request, queryset, WorkerPool.State.ENABLED)
+
+    @admin.action(description="Cancel all queued and running jobs")
+    def cancel_jobs(self, request, queryset):
+        count = sum(pool_cancel_jobs(pool, actor=request.user) for pool in queryset)
+        self.message_user(request, f"{count} job(s) cancelled", messages.SUCCESS)
 
 
 @admin.register(Worker)
 class WorkerAdmin(admin.ModelAdmin):
-    list_display = ("hostname", "pool", "last_heartbeat", "is_online")
+    list_display = ("hostname", "pool", "last_heartbeat", "is_online", "gpu_count", "threads")
     list_filter = ("pool",)
-    readonly_fields = ("started_at", "last_heartbeat", "info")
+    readonly_fields = ("started_at", "last_heartbeat", "info", "gpu_count", "threads")
 
     @admin.display(boolean=True, description="online")
     def is_online(self, obj: Worker) -> bool:
         return obj.online
+
+
+@admin.register(GpuLease)
+class GpuLeaseAdmin(admin.ModelAdmin):
+    list_display = ("worker", "index", "job", "taken_at")
+    list_filter = ("worker__pool",)
+
+    def has_add_permission(self, request) -> bool:
+        return False  # leases are taken by workers when they claim a job
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(Workspace)

@@ -1,0 +1,100 @@
+"""Which job a worker claims, with which GPUs — the scheduler against the database, no Celery."""
+import pytest
+from django.db import IntegrityError, transaction
+
+from trainhub.jobs.lifecycle import jobs_reconcile
+from trainhub.jobs.models import Job
+from trainhub.jobs.services import job_submit
+from trainhub.pools.models import GpuLease, Worker, WorkerPool
+from trainhub.pools.scheduling import claim_next, queue_position
+
+TINY = {"name": "t", "data": {"dataset": "iris"}, "model": {"name": "logreg"}, "train": {"epochs": 1}}
+
+
+@pytest.fixture(autouse=True)
+def _no_broker(monkeypatch):
+    monkeypatch.setattr("trainhub.jobs.services.job_enqueue", lambda job: None)
+
+
+@pytest.fixture
+def gpu_pool(db):
+    return WorkerPool.objects.create(name="gpu", kind="gpu", queue="gpu", slots_per_worker=8)
+
+
+def gpu_job(user, gpus, **extra):
+    return job_submit(owner=user, data={**TINY, "pool": "gpu", "mode": "ddp",
+                                        "resources": {"procs_per_node": 1, "gpus_per_node": gpus}, **extra})
+
+
+def test_higher_priority_runs_first_and_fifo_within_a_priority(cpu_pool, user, django_capture_on_commit_callbacks):
+    Worker.objects.create(hostname="w@test", pool=cpu_pool, threads=4)
+    cpu_pool.slots_per_worker = 4
+    cpu_pool.save()
+    low, first, second, urgent = (job_submit(owner=user, data={**TINY, "priority": p}) for p in (0, 5, 5, 9))
+    assert [queue_position(Job.objects.get(pk=j.pk)) for j in (low, first, second, urgent)] == [4, 2, 3, 1]
+    order = [claim_next(low.pk, 1, hostname="w@test").job.pk for _ in range(4)]
+    assert order == [urgent.pk, first.pk, second.pk, low.pk]
+    assert queue_position(Job.objects.get(pk=low.pk)) is None
+
+
+def test_a_full_worker_waits_and_a_slot_change_takes_effect_at_the_next_claim(cpu_pool, user):
+    Worker.objects.create(hostname="w@test", pool=cpu_pool, threads=4)
+    a, b = job_submit(owner=user, data=TINY), job_submit(owner=user, data=TINY)
+    assert claim_next(a.pk, 1, hostname="w@test").job.pk == a.pk
+    waiting = claim_next(b.pk, 1, hostname="w@test")
+    assert waiting.job is None and "slot" in waiting.wait
+    assert Job.objects.get(pk=b.pk).status == "queued"
+    WorkerPool.objects.filter(pk=cpu_pool.pk).update(slots_per_worker=2)  # as the admin does
+    assert claim_next(b.pk, 1, hostname="w@test").job.pk == b.pk
+
+
+def test_a_draining_pool_starts_nothing(cpu_pool, user):
+    Worker.objects.create(hostname="w@test", pool=cpu_pool)
+    job = job_submit(owner=user, data=TINY)
+    WorkerPool.objects.filter(pk=cpu_pool.pk).update(state="draining")
+    assert "draining" in claim_next(job.pk, 1, hostname="w@test").wait
+
+
+def test_the_per_user_limit_lets_other_users_jobs_pass(cpu_pool, user, django_user_model):
+    bob = django_user_model.objects.create_user("bob")
+    Worker.objects.create(hostname="w@test", pool=cpu_pool, threads=4)
+    WorkerPool.objects.filter(pk=cpu_pool.pk).update(slots_per_worker=4, max_jobs_per_user=1)
+    a1, a2, b1 = job_submit(owner=user, data=TINY), job_submit(owner=user, data=TINY), job_submit(owner=bob, data=TINY)
+    assert claim_next(a1.pk, 1, hostname="w@test").job.pk == a1.pk
+    assert claim_next(a2.pk, 1, hostname="w@test").job.pk == b1.pk
+    assert claim_next(a2.pk, 1, hostname="w@test").job is None
+
+
+def test_gpu_jobs_get_distinct_gpus_and_a_job_that_does_not_fit_waits_while_a_smaller_one_backfills(gpu_pool, user):
+    Worker.objects.create(hostname="g@test", pool=gpu_pool, gpu_count=4, threads=8)
+    two = gpu_job(user, 2)
+    three = gpu_job(user, 3)
+    one = gpu_job(user, 1)
+    first = claim_next(two.pk, 1, hostname="g@test")
+    assert first.job.pk == two.pk and first.gpus == [0, 1]
+    second = claim_next(three.pk, 1, hostname="g@test")
+    assert second.job.pk == one.pk and second.gpus == [2]
+    assert claim_next(three.pk, 1, hostname="g@test").job is None
+    assert sorted(GpuLease.objects.values_list("index", flat=True)) == [0, 1, 2]
+
+
+def test_the_database_refuses_a_second_lease_on_one_gpu(gpu_pool, user):
+    worker = Worker.objects.create(hostname="g@test", pool=gpu_pool, gpu_count=1)
+    a, b = gpu_job(user, 1), gpu_job(user, 1)
+    GpuLease.objects.create(worker=worker, index=0, job=a, lease_token=1)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        GpuLease.objects.create(worker=worker, index=0, job=b, lease_token=1)
+
+
+def test_a_lost_workers_job_gives_its_gpus_back_when_reconciled(gpu_pool, user):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    Worker.objects.create(hostname="g@test", pool=gpu_pool, gpu_count=2)
+    job = gpu_job(user, 2)
+    assert claim_next(job.pk, 1, hostname="g@test").gpus == [0, 1]
+    Job.objects.filter(pk=job.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert jobs_reconcile() == 1
+    assert not GpuLease.objects.exists()
+    assert Job.objects.get(pk=job.pk).status == "failed"

@@ -1,0 +1,64 @@
+"""Staff pool pages: workers, GPU holders, queue, running jobs, and actions recorded in the history."""
+import pytest
+from django.contrib.admin.models import LogEntry
+
+from trainhub.jobs.models import Job
+from trainhub.jobs.services import job_submit
+from trainhub.pools.models import GpuLease, Worker, WorkerPool
+
+TINY = {"name": "queued-one", "data": {"dataset": "iris"}, "model": {"name": "logreg"}, "train": {"epochs": 1}}
+
+
+@pytest.fixture(autouse=True)
+def _no_broker(monkeypatch):
+    monkeypatch.setattr("trainhub.jobs.services.job_enqueue", lambda job: None)
+
+
+@pytest.fixture
+def staff_client(client, django_user_model):
+    admin = django_user_model.objects.create_user("root", is_staff=True, is_superuser=True)
+    client.force_login(admin)
+    return client
+
+
+def test_the_pool_pages_are_for_staff_only(user_client, cpu_pool):
+    assert user_client.get("/pools/").status_code == 302
+    assert user_client.get("/pools/cpu").status_code == 302
+
+
+def test_the_pool_page_shows_workers_gpu_holders_and_the_queue(staff_client, user):
+    pool = WorkerPool.objects.create(name="gpu", kind="gpu", queue="gpu")
+    worker = Worker.objects.create(hostname="g1@test", pool=pool, gpu_count=2, info={"cpus": 8, "memory_gb": 32})
+    job = job_submit(owner=user, data={**TINY, "pool": "gpu"})
+    holder = job_submit(owner=user, data={**TINY, "name": "holder", "pool": "gpu"})
+    GpuLease.objects.create(worker=worker, index=1, job=holder, lease_token=1)
+    page = staff_client.get("/pools/gpu").content.decode()
+    assert "g1@test" in page and "online" in page
+    assert f"job #{holder.pk}" in page and "free" in page
+    assert f"#{job.pk} queued-one" in page
+    assert "gpu" in staff_client.get("/pools/").content.decode()
+
+
+def test_drain_and_cancel_from_the_page_take_effect_and_are_recorded(staff_client, cpu_pool, user):
+    job = job_submit(owner=user, data=TINY)
+    assert staff_client.post("/pools/cpu/state", {"state": "draining"}).status_code == 302
+    assert WorkerPool.objects.get(pk=cpu_pool.pk).state == "draining"
+    staff_client.post("/pools/cpu/cancel")
+    assert Job.objects.get(pk=job.pk).status == "cancelled"
+    messages = list(LogEntry.objects.values_list("change_message", flat=True))
+    assert "state enabled → draining" in messages and "cancelled 1 job(s)" in messages
+    page = staff_client.get("/pools/cpu").content.decode()
+    assert "state enabled → draining" in page and "root" in page
+
+
+def test_an_admin_edit_is_recorded_with_who_and_what(staff_client, cpu_pool):
+    url = f"/admin/pools/workerpool/{cpu_pool.pk}/change/"
+    form = {"name": "cpu", "kind": "cpu", "queue": "cpu", "state": "enabled", "description": "",
+            "slots_per_worker": 3, "gpus_per_worker": 0, "modes": "", "max_jobs_per_user": 0,
+            "default_priority": 0, "max_priority": 100, "default_timeout_minutes": 0, "log_retention_lines": 0,
+            "workers-TOTAL_FORMS": 0, "workers-INITIAL_FORMS": 0}
+    response = staff_client.post(url, form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert WorkerPool.objects.get(pk=cpu_pool.pk).slots_per_worker == 3
+    entry = LogEntry.objects.get()
+    assert entry.user.username == "root" and "Slots per worker" in entry.get_change_message()
