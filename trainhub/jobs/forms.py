@@ -104,6 +104,7 @@ class JobForm(forms.Form):
         data = self.data if self.is_bound else self.initial
         mode = mode or data.get("mode") or "centralized"
         self.mode = mode if mode in MODES else "centralized"
+        self.mode_name = self.mode  # templates see form.mode as the field, not this value
         keep = set(COMMON) | set(MODE_FIELDS[self.mode]) | {"extra", "spec_yaml", "spec_file"}
         if self.is_bound and (str(self.data.get("spec_yaml", "")).strip() or self.files.get("spec_file")):
             keep = {"spec_yaml", "spec_file"}  # the text is the whole spec: typed fields are ignored
@@ -114,8 +115,7 @@ class JobForm(forms.Form):
                 self.fields[name].required = False  # left empty: the spec model's default
         if "mode" in self.fields:  # picking a mode swaps in that mode's fields (htmx), defaults filled
             self.fields["mode"].widget.attrs.update({
-                "hx-get": "/jobs/new?fragment=mode-fields", "hx-target": "#mode-fields", "hx-swap": "outerHTML",
-                "hx-sync": "closest form:abort"})
+                "hx-get": "/jobs/new?fragment=mode-fields", "hx-target": "#mode-fields", "hx-swap": "outerHTML"})
 
     @property
     def common_fields(self):
@@ -185,7 +185,8 @@ def spec_from_fields(values: dict[str, Any], mode: str) -> dict[str, Any]:
         _set(spec, PATHS[field], value)
     if mode == "centralized":
         spec.setdefault("resources", {}).update(nodes=1, procs_per_node=1)
-    return spec
+    order = list(JobSpec.model_fields)  # the spec's own key order reads best in YAML
+    return dict(sorted(spec.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
 
 def _get(spec: dict[str, Any], path: str) -> Any:

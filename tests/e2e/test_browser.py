@@ -1,0 +1,149 @@
+"""The product in a real browser: Playwright driving Debian's headless Chromium against uvicorn
+and a real Celery worker. Log in, submit from the form, watch it succeed, cancel a long job,
+clone one; a non-staff user is refused the admin.
+
+Set TRAINHUB_UPDATE_SCREENSHOTS=1 to refresh docs/screenshots/ from this run.
+"""
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.cli.server import WebServer
+from tests.conftest import ROOT, wait_for
+
+CHROMIUM = "/usr/bin/chromium"
+
+pytestmark = [
+    pytest.mark.browser, pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                       reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium chromium-driver)"),
+]
+
+LONG_SPEC = """name: long-synthetic
+pool: cpu
+data: {dataset: synthetic, samples: 100000}
+train: {epochs: 50}
+"""
+
+
+@pytest.fixture
+def browser_page(live_settings, transactional_db, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+    # Playwright's sync API runs an event loop in this thread; the ORM calls made by fixtures and
+    # assertions are still synchronous and safe here.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page(viewport={"width": 1280, "height": 860})
+        page.set_default_timeout(30_000)
+        yield page
+        browser.close()
+
+
+@pytest.fixture
+def web(live_settings, transactional_db, tmp_path, user):
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
+    # the server process uses the real hashers, not the tests' fast MD5 one
+    user.password = PBKDF2PasswordHasher().encode("correct-horse-battery", "browsersalt", iterations=1000)
+    user.save(update_fields=["password"])
+    server = WebServer(live_settings, tmp_path / "web.log").start()
+    yield server
+    server.stop()
+
+
+def shot(page, tmp_path, name):
+    path = tmp_path / name
+    page.screenshot(path=str(path), full_page=True)
+    if os.environ.get("TRAINHUB_UPDATE_SCREENSHOTS"):
+        target = ROOT / "docs" / "screenshots"
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target / name)
+
+
+def log_in(page, url, username, password):
+    page.goto(url + "/login")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit], input[type=submit]")
+    page.wait_for_url(url + "/")
+
+
+def job_id_of(page) -> int:
+    return int(re.search(r"/jobs/(\d+)$", page.url).group(1))
+
+
+def test_log_in_submit_watch_it_succeed_cancel_a_long_job_and_clone(browser_page, web, start_worker, cpu_pool,
+                                                                      user, tmp_path):
+    from trainhub.jobs.models import Job
+
+    page = browser_page
+    worker = start_worker("cpu")
+    log_in(page, web.url, "alice", "correct-horse-battery")
+
+    # the typed form: mode-dependent fields come from the server as you pick a mode
+    page.goto(web.url + "/jobs/new")
+    page.select_option("select[name=mode]", "ddp")
+    page.wait_for_selector("#mode-fields input[name=procs_per_node]")
+    assert page.input_value("#mode-fields input[name=procs_per_node]") == "2"
+    page.select_option("select[name=mode]", "centralized")
+    page.wait_for_selector("#mode-fields select[name=dataset]")
+    page.wait_for_selector("#mode-fields input[name=procs_per_node]", state="detached")
+    page.fill("input[name=name]", "browser-digits")
+    page.fill("input[name=epochs]", "2")
+    page.fill("input[name=lr]", "-1")  # inline validation says what is wrong while typing
+    page.wait_for_selector("#err-lr:has-text('greater than 0')")
+    page.fill("input[name=lr]", "0.003")
+    page.wait_for_selector("#err-lr:empty", state="attached")
+    page.click("#run-locally summary")
+    page.wait_for_selector("#run-locally-body:has-text('python -m workers.runner --config job.yaml')")
+    shot(page, tmp_path, "new-job.png")
+    page.click("button[value=submit]")
+    page.wait_for_url(re.compile(r".*/jobs/\d+$"))
+    first = job_id_of(page)
+    page.wait_for_selector("#job-status .status.succeeded", timeout=180_000)
+    assert Job.objects.get(pk=first).status == "succeeded", worker.output()[-2000:]
+    page.wait_for_selector("text=epoch 2/2")
+    shot(page, tmp_path, "job.png")
+
+    # a long job pasted in the YAML tab, cancelled from its page
+    page.goto(web.url + "/jobs/new")
+    page.click("button[value=to_yaml]")
+    page.wait_for_selector("#yaml-tab textarea:visible")
+    page.fill("#yaml-tab textarea", LONG_SPEC)
+    page.click("button[value=submit]")
+    page.wait_for_url(re.compile(r".*/jobs/\d+$"))
+    long_id = job_id_of(page)
+    page.wait_for_selector("#job-status .status.running", timeout=120_000)
+    wait_for(lambda: Job.objects.get(pk=long_id).log_lines > 1, timeout=120, message="the long job to print")
+    page.click("#job-status button.danger")
+    page.wait_for_selector("#job-status .status.cancelled", timeout=60_000)
+
+    # clone the first job: the form comes prefilled, named -copy
+    page.goto(f"{web.url}/jobs/{first}")
+    page.click("text=Clone")
+    page.wait_for_url(re.compile(r".*/jobs/new\?clone=\d+$"))
+    assert page.input_value("input[name=name]") == "browser-digits-copy"
+    assert page.input_value("input[name=epochs]") == "2"
+    page.click("button[value=submit]")
+    page.wait_for_url(re.compile(r".*/jobs/\d+$"))
+    clone = Job.objects.get(pk=job_id_of(page))
+    assert clone.name == "browser-digits-copy" and clone.spec["train"]["lr"] == 0.003
+
+    page.goto(web.url + "/")
+    page.wait_for_selector(f"text=browser-digits-copy")
+    shot(page, tmp_path, "job-list.png")
+
+
+def test_a_non_staff_user_is_refused_the_admin(browser_page, web, user):
+    page = browser_page
+    log_in(page, web.url, "alice", "correct-horse-battery")
+    page.goto(web.url + "/admin/")
+    assert "/admin/login" in page.url
+    assert page.locator("text=not authorized").count() >= 1
+    page.goto(web.url + "/admin/pools/workerpool/")
+    assert "/admin/login" in page.url
