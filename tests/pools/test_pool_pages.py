@@ -62,3 +62,11 @@ def test_an_admin_edit_is_recorded_with_who_and_what(staff_client, cpu_pool):
     assert WorkerPool.objects.get(pk=cpu_pool.pk).slots_per_worker == 3
     entry = LogEntry.objects.get()
     assert entry.user.username == "root" and "Slots per worker" in entry.get_change_message()
+
+
+def test_a_queued_jobs_page_shows_its_place_in_the_pools_queue(user_client, user, cpu_pool):
+    job_submit(owner=user, data=TINY)
+    second = job_submit(owner=user, data=TINY)
+    urgent = job_submit(owner=user, data={**TINY, "priority": 5})
+    assert "#1 in the queue of pool cpu" in user_client.get(f"/jobs/{urgent.pk}").content.decode()
+    assert "#3 in the queue of pool cpu" in user_client.get(f"/jobs/{second.pk}?fragment=status").content.decode()
