@@ -160,7 +160,9 @@ class LLMWorkload(Workload):
 
     def _forward(self, model, batch):
         ids = batch["input_ids"]
-        with self._autocast(ids.device):
+        # A DeepSpeed engine runs its own bf16 (weights cast once) and ignores an outer autocast.
+        engine = type(model).__name__ == "DeepSpeedEngine"
+        with contextlib.nullcontext() if engine else self._autocast(ids.device):
             out = model(input_ids=ids, labels=batch["labels"], attention_mask=batch.get("attention_mask"))
         return out.loss
 
