@@ -6,24 +6,24 @@ from ninja import Router
 from ninja.errors import HttpError
 
 from trainhub.api import rundir
-from trainhub.api.schemas import CheckpointOut, FileOut, Message
+from trainhub.api.schemas import CheckpointOut, FileOut, responses
 from trainhub.api.views_common import job_for
 
 router = Router(tags=["files"])
 
 
-@router.get("/jobs/{job_id}/checkpoints", response=list[CheckpointOut], summary="A job's checkpoints, newest first")
+@router.get("/jobs/{job_id}/checkpoints", response=responses({200: list[CheckpointOut]}), summary="A job's checkpoints, newest first")
 def list_checkpoints(request, job_id: int):
     return rundir.checkpoints(job_for(request, job_id).pk)
 
 
-@router.get("/jobs/{job_id}/artifacts", response=list[FileOut],
+@router.get("/jobs/{job_id}/artifacts", response=responses({200: list[FileOut]}),
             summary="A job's files outside checkpoints/ (models, metrics, resolved config)")
 def list_artifacts(request, job_id: int):
     return rundir.artifacts(job_for(request, job_id).pk)
 
 
-@router.get("/jobs/{job_id}/files/{path:path}", response={200: None, 400: Message, 404: Message},
+@router.get("/jobs/{job_id}/files/{path:path}", response=responses({200: None}),
             summary="Download one file, or a directory (e.g. a checkpoint) as a tar archive")
 def download(request, job_id: int, path: str):
     job = job_for(request, job_id)

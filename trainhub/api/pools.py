@@ -5,14 +5,14 @@ from __future__ import annotations
 from django.db.models import Count, Q
 from ninja import Router
 
-from trainhub.api.schemas import PoolOut
+from trainhub.api.schemas import PoolOut, responses
 from trainhub.jobs.models import Status
 from trainhub.pools.models import Worker, WorkerPool
 
 router = Router(tags=["pools"])
 
 
-@router.get("/pools", response=list[PoolOut], summary="Worker pools and their load")
+@router.get("/pools", response=responses({200: list[PoolOut]}), summary="Worker pools and their load")
 def list_pools(request):
     staff = request.auth.is_staff
     pools = WorkerPool.objects.annotate(

@@ -52,6 +52,17 @@ class Message(Schema):
     detail: str
 
 
+class ErrorOut(Schema):
+    """Every error: a sentence, and for input errors the offending fields by dotted path."""
+    detail: str
+    errors: dict[str, str] | None = None
+
+
+def responses(ok: dict[int, Any]) -> dict[int, Any]:
+    """``ok`` plus the error responses every endpoint may give (documented for clients and schemathesis)."""
+    return {**ok, 400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut}
+
+
 class LogLineOut(Schema):
     seq: int
     rank: int

@@ -5,7 +5,7 @@ from ninja.security import HttpBearer, django_auth
 
 from trainhub.api import errors, files, pools, templates_api
 from trainhub.api.models import ApiToken
-from trainhub.api.schemas import Created, JobOut, JobPage, LogPage, Message, Metrics, SpecErrors
+from trainhub.api.schemas import Created, JobOut, JobPage, LogPage, Metrics, responses
 from trainhub.api.views_common import job_for
 from trainhub.jobs import logs
 from trainhub.jobs.models import Status as JobStatus
@@ -28,13 +28,13 @@ api.add_router("", pools.router)
 _job = job_for
 
 
-@api.post("/jobs", response={201: Created, 422: SpecErrors}, summary="Submit a job spec")
+@api.post("/jobs", response=responses({201: Created}), summary="Submit a job spec")
 def create_job(request, spec: dict = Body(..., description="the job spec (see docs/SPEC.md)")):
     job = job_submit(owner=request.auth, data=spec)
     return Status(201, {"id": job.pk, "status": job.status, "url": f"/jobs/{job.pk}"})
 
 
-@api.get("/jobs", response=JobPage, summary="List jobs, newest first (keyset paginated)")
+@api.get("/jobs", response=responses({200: JobPage}), summary="List jobs, newest first (keyset paginated)")
 def list_jobs(request, status: JobStatus | None = None, mode: str | None = None, pool: str | None = None,
               owner: str | None = None, q: str | None = Query(None, max_length=200, description="name contains"),
               before: int | None = None, limit: int = Query(50, ge=1, le=500)):
@@ -55,12 +55,12 @@ def list_jobs(request, status: JobStatus | None = None, mode: str | None = None,
     return {"items": items, "next_before": items[-1].pk if len(items) == limit else None}
 
 
-@api.get("/jobs/{job_id}", response=JobOut)
+@api.get("/jobs/{job_id}", response=responses({200: JobOut}))
 def get_job(request, job_id: int):
     return _job(request, job_id)
 
 
-@api.post("/jobs/{job_id}/cancel", response={200: JobOut, 404: Message})
+@api.post("/jobs/{job_id}/cancel", response=responses({200: JobOut}))
 def cancel_job(request, job_id: int):
     job = _job(request, job_id)
     job_cancel(job, actor=request.auth)
@@ -68,7 +68,7 @@ def cancel_job(request, job_id: int):
     return job
 
 
-@api.get("/jobs/{job_id}/logs", response=LogPage, summary="Log lines after a sequence number")
+@api.get("/jobs/{job_id}/logs", response=responses({200: LogPage}), summary="Log lines after a sequence number")
 def job_logs(request, job_id: int, after: int = -1, limit: int = Query(1000, ge=1, le=10000)):
     job = _job(request, job_id)
     lines = logs.read_lines(job.pk, after=after, limit=limit)
@@ -76,7 +76,7 @@ def job_logs(request, job_id: int, after: int = -1, limit: int = Query(1000, ge=
             "job_status": job.status, "step": job.step, "total_steps": job.total_steps}
 
 
-@api.get("/jobs/{job_id}/metrics", response=Metrics)
+@api.get("/jobs/{job_id}/metrics", response=responses({200: Metrics}))
 def job_metrics(request, job_id: int):
     job = _job(request, job_id)
     series = logs.metric_series(job.pk)
