@@ -19,6 +19,16 @@ WORDS = ("the cat sat on a mat and the dog ran to the park with a ball while a b
          "sang in the tree near the river under the blue sky").split()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # Debug-size models gain nothing from intra-op threads, and on a busy machine their
+    # spin-waiting costs a lot.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def text_file(tmp_path):
     rng = random.Random(0)
@@ -74,7 +84,7 @@ def test_tiny_llama_pretraining_lowers_the_loss_and_reports_perplexity(tmp_path,
     assert model.config._attn_implementation == "sdpa"
     val = list(loader(w, w.datasets()[1]))
     before = w.evaluate(model, val)
-    units = train(w, model, 60)
+    units = train(w, model, 40)
     after = w.evaluate(model, val)
     assert units == 8 * 32 and w.unit == "tokens"
     assert after["eval_loss"] < before["eval_loss"] - 1.0
