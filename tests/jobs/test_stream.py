@@ -155,3 +155,23 @@ def test_the_stream_refuses_anonymous_users_and_other_peoples_jobs(web, job, dja
     client.login(username="mallory", password="x" * 12)
     response = httpx.get(f"{web.url}/jobs/{job.pk}/logs/stream", cookies=session_cookie(client), timeout=10)
     assert response.status_code == 404
+
+
+def test_many_viewers_of_one_job_each_get_every_line_once(web, job, cookies):
+    results: list[list[int]] = [[] for _ in range(8)]
+
+    def follow(i):
+        seqs, _ = read(web, job, cookies, params={"after": -1 if i % 2 else 10})
+        results[i] = seqs
+
+    emit(job, 0, 50)
+    viewers = [threading.Thread(target=follow, args=(i,)) for i in range(8)]
+    for v in viewers:
+        v.start()
+    for start in range(50, 1050, 50):
+        emit(job, start, 50)
+    finish(job)
+    for v in viewers:
+        v.join(30)
+    for i, seqs in enumerate(results):
+        assert seqs == list(range(0 if i % 2 else 11, 1050)), i

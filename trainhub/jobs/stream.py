@@ -11,6 +11,7 @@ final and every stored line has been sent, an ``end`` event closes the stream.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import time
@@ -30,6 +31,10 @@ log = logging.getLogger(__name__)
 BLOCK_MS = 1000
 KEEPALIVE_SECONDS = 15
 DB_BATCH = 1000
+FRAME_CACHE = 20_000
+HUB_LINES = 20_000  # recent lines a job's hub keeps for viewers that are a little behind
+#: rendered SSE frames of recent lines, oldest first (one event loop: no lock needed)
+_FRAMES: dict[tuple[int, int], str] = {}
 
 
 def _int(value) -> int | None:
@@ -50,6 +55,118 @@ def _status(job_id: int) -> str:
     return Job.objects.filter(pk=job_id).values_list("status", flat=True).first() or "cancelled"
 
 
+class Hub:
+    """One Redis reader and one status check per job per server process, for all its viewers.
+
+    Keeps the most recent contiguous lines (``lines``) read from the job's Redis Stream;
+    ``epoch`` changes whenever that run of lines restarts (first attach, Redis lost and
+    back, a hole in the stream), which tells viewers to look in the database first.
+    """
+
+    def __init__(self, job_id: int):
+        self.job_id = job_id
+        self.key = logs.stream_key(job_id)
+        self.lines: list[logs.Line] = []  # contiguous by seq; trimmed from the front now and then
+        self.status: str | None = None
+        self.live = False  # the Redis Stream is being read
+        self.epoch = 0
+        self.viewers = 0
+        self.changed = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+    def notify(self) -> None:
+        event, self.changed = self.changed, asyncio.Event()
+        event.set()
+
+    def restart(self, live: bool) -> None:
+        self.lines.clear()
+        self.live = live
+        self.epoch += 1
+
+    async def run(self) -> None:
+        client, redis_id = None, None
+        try:
+            while self.viewers > 0:
+                self.status = await sync_to_async(_status, thread_sensitive=False)(self.job_id)
+                if self.status in FINAL:
+                    self.notify()
+                    return
+                if redis_id is None:
+                    try:
+                        client = client or aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2,
+                                                                   socket_timeout=BLOCK_MS / 1000 + 5)
+                        last = await client.xrevrange(self.key, count=1)
+                        redis_id = last[0][0].decode() if last else "0-0"
+                        self.restart(live=True)
+                    except (redis.RedisError, OSError) as exc:
+                        log.info("live log for job %s: redis unavailable (%s); viewers poll the database",
+                                 self.job_id, exc)
+                        client = await _close(client)
+                        self.restart(live=False)
+                        self.notify()
+                        await asyncio.sleep(0.25)
+                        continue
+                self.notify()
+                deadline = time.monotonic() + 1.0  # re-check the status about once a second
+                while redis_id is not None and time.monotonic() < deadline and self.viewers > 0:
+                    try:
+                        reply = await client.xread({self.key: redis_id}, count=50, block=BLOCK_MS)
+                    except (redis.RedisError, OSError) as exc:
+                        log.info("live log for job %s: redis lost (%s)", self.job_id, exc)
+                        client, redis_id = await _close(client), None
+                        self.restart(live=False)
+                        break
+                    for _key, entries in reply or ():
+                        for entry_id, fields in entries:
+                            redis_id = entry_id.decode()
+                            for line in logs.decode_entry(fields):
+                                if self.lines and line.seq <= self.lines[-1].seq:
+                                    continue
+                                if self.lines and line.seq != self.lines[-1].seq + 1:
+                                    self.restart(live=True)  # a hole: viewers fill it from the database
+                                self.lines.append(line)
+                    if len(self.lines) > 2 * HUB_LINES:
+                        del self.lines[:HUB_LINES]
+                    if reply:
+                        self.notify()
+        finally:
+            await _close(client)
+            self.notify()
+            if _HUBS.get(self.job_id) is self:
+                del _HUBS[self.job_id]
+
+    def after(self, cursor: int) -> list[logs.Line] | None:
+        """Lines after ``cursor`` if this hub holds all of them from cursor + 1 on, else None."""
+        if not self.lines:
+            return []
+        first = self.lines[0].seq
+        if first > cursor + 1:
+            return None
+        return self.lines[max(0, cursor + 1 - first):]
+
+
+_HUBS: dict[int, Hub] = {}
+
+
+def _acquire(job_id: int) -> Hub:
+    hub = _HUBS.get(job_id)
+    if hub is None or hub.task is None or hub.task.done():
+        hub = _HUBS[job_id] = Hub(job_id)
+    hub.viewers += 1
+    if hub.task is None:
+        hub.task = asyncio.get_running_loop().create_task(hub.run())
+    return hub
+
+
+async def _close(client):
+    if client is not None:
+        try:
+            await client.aclose()
+        except Exception:  # the connection may already be gone
+            pass
+    return None
+
+
 class Follower:
     """Produces SSE frames for one client, starting after ``cursor``."""
 
@@ -59,17 +176,21 @@ class Follower:
         self.href = href
         self.rank = rank
         self.stream = stream
-        self.key = logs.stream_key(job_id)
-        self.redis: aioredis.Redis | None = None
-        self.redis_id: str | None = None  # None: (re)attach to the live stream first
 
     def frame(self, line: logs.Line) -> str:
         self.cursor = line.seq
         if (self.rank is not None and line.rank != self.rank) or (self.stream and line.stream != self.stream):
             return ""
-        data = json.dumps({"seq": line.seq, "rank": line.rank, "stream": line.stream, "text": line.text,
-                           "html": ansi.row(line, href=self.href)})
-        return f"id: {line.seq}\ndata: {data}\n\n"
+        key = (self.job_id, line.seq)
+        cached = _FRAMES.get(key)
+        if cached is None:  # many viewers of one job: each line is rendered once, not once per viewer
+            data = json.dumps({"seq": line.seq, "rank": line.rank, "stream": line.stream, "text": line.text,
+                               "html": ansi.row(line, href=self.href)})
+            cached = _FRAMES[key] = f"id: {line.seq}\ndata: {data}\n\n"
+            if len(_FRAMES) > FRAME_CACHE:
+                for old in list(itertools.islice(_FRAMES, FRAME_CACHE // 4)):
+                    del _FRAMES[old]
+        return cached
 
     async def backfill(self, strict: bool = True) -> tuple[list[str], bool]:
         """Stored lines after the cursor, from the database; the flag says whether more wait.
@@ -85,92 +206,57 @@ class Follower:
             out.append(self.frame(line))
         return [f for f in out if f], len(lines) == DB_BATCH
 
-    async def attach(self) -> None:
-        """Remember where the live stream ends now; everything before it is in the database."""
-        if self.redis is None:
-            self.redis = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2,
-                                                 socket_timeout=BLOCK_MS / 1000 + 5)
-        last = await self.redis.xrevrange(self.key, count=1)
-        self.redis_id = last[0][0].decode() if last else "0-0"
-
-    async def live(self) -> tuple[list[str], bool]:
-        """Frames from the Redis Stream; the flag says whether a hole needs the database."""
-        reply = await self.redis.xread({self.key: self.redis_id}, count=20, block=BLOCK_MS)
-        out, hole = [], False
-        for _key, entries in reply or ():
-            for entry_id, fields in entries:
-                self.redis_id = entry_id.decode()
-                for line in logs.decode_entry(fields):
-                    if line.seq <= self.cursor:
-                        continue  # already sent (from the database)
-                    if line.seq != self.cursor + 1:
-                        hole = True
-                        break
-                    out.append(self.frame(line))
-                if hole:
-                    break
-            if hole:
-                break
-        return [f for f in out if f], hole
-
-    async def close(self) -> None:
-        if self.redis is not None:
-            try:
-                await self.redis.aclose()
-            except Exception:  # the connection may already be gone
-                pass
-            self.redis = None
-
     async def events(self):
-        last_write = time.monotonic()
-        need_db = True
         yield "retry: 1000\n\n"
+        hub = _acquire(self.job_id)
+        seen_epoch = None  # the hub's epoch this client last filled from the database for
+        last_write = time.monotonic()
         try:
             while True:
-                status = await sync_to_async(_status, thread_sensitive=False)(self.job_id)
-                final = status in FINAL
-                if self.redis_id is None:
-                    need_db = True
-                    try:
-                        await self.attach()  # before reading the database, so nothing falls between
-                    except (redis.RedisError, OSError) as exc:
-                        log.info("live log for job %s: redis unavailable (%s); polling the database", self.job_id, exc)
-                        await self.close()
-                if need_db or final:
+                changed = hub.changed
+                if hub.task.done() and hub.status not in FINAL:  # the hub stopped (last viewer left, error)
+                    hub.viewers -= 1
+                    await asyncio.sleep(0.05)
+                    hub = _acquire(self.job_id)
+                    continue
+                if hub.status is None:
+                    await _wait(changed, 2)
+                    continue
+                final = hub.status in FINAL
+                frames: list[str] = []
+                recent = None if final or not hub.live or hub.epoch != seen_epoch else hub.after(self.cursor)
+                if recent is None:
+                    epoch = hub.epoch
                     more = True
                     while more:
-                        frames, more = await self.backfill(strict=not final)
-                        if frames:
-                            yield "".join(frames)
+                        batch, more = await self.backfill(strict=not final)
+                        if batch:
+                            yield "".join(batch)
                             last_write = time.monotonic()
-                    need_db = self.redis_id is None
+                    seen_epoch = epoch if hub.live else None
+                    recent = [] if final or not hub.live else (hub.after(self.cursor) or [])
+                frames = [f for f in (self.frame(l) for l in recent if l.seq == self.cursor + 1) if f]
+                if frames:
+                    yield "".join(frames)
+                    last_write = time.monotonic()
                 if final:
                     # The final status is written after the last lines were stored: all are sent.
-                    yield f"event: end\ndata: {json.dumps({'status': status, 'last_seq': self.cursor})}\n\n"
+                    yield f"event: end\ndata: {json.dumps({'status': hub.status, 'last_seq': self.cursor})}\n\n"
                     return
-                deadline = time.monotonic() + 1.0  # re-check the status about once a second
-                while time.monotonic() < deadline:
-                    if self.redis_id is None:
-                        await asyncio.sleep(0.25)
-                        break
-                    try:
-                        frames, hole = await self.live()
-                    except (redis.RedisError, OSError) as exc:
-                        log.info("live log for job %s: redis lost (%s)", self.job_id, exc)
-                        await self.close()
-                        self.redis_id = None
-                        break
-                    if frames:
-                        yield "".join(frames)
-                        last_write = time.monotonic()
-                    if hole:
-                        need_db = True  # fill from the database, then carry on from this stream position
-                        break
+                if hub.changed is changed:
+                    await _wait(changed, KEEPALIVE_SECONDS if hub.live else 0.25)
                 if time.monotonic() - last_write > KEEPALIVE_SECONDS:
                     yield ": keepalive\n\n"
                     last_write = time.monotonic()
         finally:
-            await self.close()
+            hub.viewers -= 1
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> None:
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:
+        pass
 
 
 def _filters(request: HttpRequest) -> tuple[int | None, str | None]:

@@ -1,0 +1,89 @@
+"""Fan-out: VIEWERS concurrent SSE clients follow one job printing RATE lines/s.
+
+Every client checks it got every line once, in order; reported: print -> arrival latency
+p50/p95 over all clients and lines, and the uvicorn process's resident memory before and
+while serving them (psutil). Clients are asyncio + httpx in this process.
+
+    .venv/bin/python bench/log_fanout.py [--viewers 200] [--rate 100] [--seconds 10]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+import httpx
+import psutil
+
+from log_common import Stack, percentile
+
+
+async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
+    lat, seqs, buf = [], [], b""
+    async with client.stream("GET", url) as response:
+        async for chunk in response.aiter_raw():
+            now = time.time()
+            *events, buf = (buf + chunk).split(b"\n\n")
+            for event in events:
+                if event.startswith(b"event: end"):
+                    break
+                data = event.find(b"\ndata: ")
+                if not event.startswith(b"id: ") or data < 0:
+                    continue
+                line = json.loads(event[data + 7:])
+                seqs.append(line["seq"])
+                if line["stream"] == "o":
+                    lat.append(now - float(line["text"].split(" ")[1]))
+            else:
+                continue
+            break
+    out.setdefault("lat", []).extend(lat)
+    out.setdefault("ok", []).append(seqs == list(range(len(seqs))))
+    out.setdefault("counts", []).append(len(lat))
+
+
+async def run(stack: Stack, viewers: int, rate: float, seconds: float) -> None:
+    web = psutil.Process([p for p in stack.procs if "uvicorn" in " ".join(p.args)][0].pid)
+    rss0 = web.memory_info().rss
+    cpu0, me0 = sum(web.cpu_times()[:2]), sum(psutil.Process().cpu_times()[:2])
+    count = int(rate * seconds)
+    from asgiref.sync import sync_to_async
+
+    job = await sync_to_async(stack.submit)(str(count), str(rate), name="fanout")
+    out: dict = {}
+    limits = httpx.Limits(max_connections=viewers + 10, max_keepalive_connections=viewers + 10)
+    peak = [rss0]
+
+    async def sample():
+        while True:
+            peak[0] = max(peak[0], web.memory_info().rss)
+            await asyncio.sleep(0.5)
+
+    async with httpx.AsyncClient(cookies=stack.cookies(), limits=limits,
+                                 timeout=httpx.Timeout(600, connect=30)) as client:
+        sampler = asyncio.create_task(sample())
+        url = f"{stack.url}/jobs/{job.pk}/logs/stream"
+        await asyncio.gather(*(viewer(client, url, out) for _ in range(viewers)))
+        sampler.cancel()
+    lat = out["lat"]
+    cpu = sum(web.cpu_times()[:2]) - cpu0
+    me = sum(psutil.Process().cpu_times()[:2]) - me0
+    print(f"{viewers} viewers x {count} lines at {rate:g} lines/s: all complete and in order: "
+          f"{all(out['ok']) and set(out['counts']) == {count}}; latency p50 {percentile(lat, 50) * 1000:.0f} ms, "
+          f"p95 {percentile(lat, 95) * 1000:.0f} ms; uvicorn RSS {rss0 / 2**20:.0f} MiB idle, "
+          f"{peak[0] / 2**20:.0f} MiB peak; CPU seconds: uvicorn {cpu:.1f}, these clients {me:.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--viewers", type=int, default=200)
+    parser.add_argument("--rate", type=float, default=100)
+    parser.add_argument("--seconds", type=float, default=10)
+    args = parser.parse_args()
+    with Stack() as stack:
+        asyncio.run(run(stack, args.viewers, args.rate, args.seconds))
+
+
+if __name__ == "__main__":
+    main()
