@@ -58,3 +58,12 @@ def test_bulk_cancel_cancels_only_selected_jobs_the_user_may_see(user_client, us
     status = dict(Job.objects.values_list("name", "status"))
     assert status == {"a": "cancelled", "b": "cancelled", "c": "queued", "bobs": "queued"}
     assert user_client.post("/", {"ids": ["x"], "next": "//evil.example"})["Location"] == "/"
+
+
+def test_a_page_costs_a_fixed_number_of_queries_however_many_jobs(user_client, user, cpu_pool,
+                                                                   django_assert_max_num_queries):
+    Job.objects.bulk_create([Job(owner=user, name=f"j{i}", mode="centralized", spec={}, pool=cpu_pool)
+                             for i in range(120)])
+    with django_assert_max_num_queries(6):
+        response = user_client.get("/?q=j&status=queued")
+    assert len(response.context["jobs"]) == 50

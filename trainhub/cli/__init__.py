@@ -6,6 +6,7 @@ token, not found). Never imports Django or torch.
 """
 from __future__ import annotations
 
+import json
 import re
 import sys
 from datetime import datetime
@@ -33,6 +34,9 @@ class Group(click.Group):
             for field, message in exc.errors.items():
                 err.print(f"  {field}: {message}", markup=False)
             ctx.exit(exc.code)
+        except KeyboardInterrupt:
+            err.print("interrupted; a submitted job keeps running (trainhub cancel ID stops it)", markup=False)
+            ctx.exit(130)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -118,7 +122,7 @@ def status(job_id, as_json):
     """Show one job."""
     job = Client.from_config().get(f"/api/jobs/{job_id}")
     if as_json:
-        click.echo(__import__("json").dumps(job, indent=2))
+        click.echo(json.dumps(job, indent=2))
         return
     rows = [("job", f"{job['id']} {job['name']}"), ("status", job["status"]), ("mode", job["mode"]),
             ("pool", job["pool"]), ("owner", job["owner"]), ("attempt", str(job["attempt"])),
