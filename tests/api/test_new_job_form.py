@@ -119,3 +119,8 @@ def test_someone_elses_job_cannot_be_cloned(user_client, cpu_pool, django_user_m
     bob = django_user_model.objects.create_user("bob")
     job = Job.objects.create(owner=bob, name="b", mode="centralized", spec={"name": "b"}, pool=cpu_pool)
     assert user_client.get(f"/jobs/new?clone={job.pk}").status_code == 404
+
+
+def test_resources_are_checked_against_the_chosen_pool_as_you_type(user_client, cpu_pool):
+    html = user_client.post("/jobs/new?validate=1", {**FORM, "gpus_per_node": 1}).content.decode()
+    assert 'id="err-gpus_per_node"' in html and "has no GPUs" in html

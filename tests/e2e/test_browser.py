@@ -139,9 +139,20 @@ def test_log_in_submit_watch_it_succeed_cancel_a_long_job_and_clone(browser_page
     shot(page, tmp_path, "job-list.png")
 
 
-def test_a_non_staff_user_is_refused_the_admin(browser_page, web, user):
+def test_a_non_staff_user_is_refused_the_admin_and_makes_a_token(browser_page, web, user):
     page = browser_page
     log_in(page, web.url, "alice", "correct-horse-battery")
+    page.click("text=API tokens")
+    page.fill("input[name=name]", "laptop")
+    page.click("text=Create token")
+    token = page.text_content("#new-token-value").strip()
+    assert token.startswith("th_")
+    import httpx
+
+    assert httpx.get(web.url + "/api/jobs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    page.click("button[aria-label='Revoke token laptop']")
+    page.wait_for_selector("text=revoked")
+    assert httpx.get(web.url + "/api/jobs", headers={"Authorization": f"Bearer {token}"}).status_code == 401
     page.goto(web.url + "/admin/")
     assert "/admin/login" in page.url
     assert page.locator("text=not authorized").count() >= 1
