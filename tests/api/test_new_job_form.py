@@ -124,3 +124,10 @@ def test_someone_elses_job_cannot_be_cloned(user_client, cpu_pool, django_user_m
 def test_resources_are_checked_against_the_chosen_pool_as_you_type(user_client, cpu_pool):
     html = user_client.post("/jobs/new?validate=1", {**FORM, "gpus_per_node": 1}).content.decode()
     assert 'id="err-gpus_per_node"' in html and "has no GPUs" in html
+
+
+def test_broken_yaml_says_where_and_stays_on_the_yaml_tab(user_client, cpu_pool):
+    for action in ("to_yaml", "submit", "to_form"):
+        response = user_client.post("/jobs/new", {"action": action, "spec_yaml": "name: [oops\n"})
+        assert response.status_code == 422, action
+        assert b"not valid YAML or JSON at line" in response.content and response.context["tab"] == "yaml"

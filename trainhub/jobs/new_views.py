@@ -95,22 +95,19 @@ def _post(request: HttpRequest, pools: list[str]) -> HttpResponse:
         return _to_form(request, pools)
     if not form.is_valid():
         return render(request, "jobs/new.html", _context(request, form, "yaml" if uses_text else "form"), status=422)
+    tab = "yaml" if uses_text else "form"
     try:
         data = form.spec_data()
-        if action == "to_yaml":
-            spec_validate(data)  # show problems now, but still hand over the YAML to edit
-        elif action == "save_template":
+        if action == "save_template":
             saved = template_save(owner=request.user, name=request.POST.get("template_name", ""), spec=data,
                                   replace=bool(request.POST.get("replace")))
             return redirect(f"/templates/?saved={saved.pk}")
-        else:
+        if action != "to_yaml":
             job = job_submit(owner=request.user, data=data)
             return redirect("job_detail", job_id=job.pk)
     except SpecError as exc:
-        if action != "to_yaml":
-            form.add_spec_errors(exc.errors)
-            return render(request, "jobs/new.html", _context(request, form, "yaml" if uses_text else "form"),
-                          status=422)
+        form.add_spec_errors(exc.errors)
+        return render(request, "jobs/new.html", _context(request, form, tab), status=422)
     text = dump_yaml(data)
     yaml_form = JobForm(initial={**form.cleaned_data, "spec_yaml": text, "spec_file": None}, pools=pools,
                         mode=form.mode)
