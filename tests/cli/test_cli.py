@@ -116,3 +116,17 @@ def test_submit_follow_runs_a_digits_job_to_success_and_prints_its_log(trainhub,
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:], worker.output()[-2000:])
     assert "epoch 2/2" in result.stdout and "val_acc" in result.stdout
     assert "succeeded" in result.stderr
+
+
+def test_templates_save_list_and_start_with_overrides(trainhub, no_worker_needed, tmp_path):
+    path = write_spec(tmp_path, SPEC)
+    saved = trainhub("save-template", "baseline", str(path), "--description", "quick digits")
+    assert saved.returncode == 0, saved.stderr
+    assert "baseline" in trainhub("templates").stdout
+    started = trainhub("start", "baseline", "--set", "train.epochs=4", "--set", "name=swept")
+    assert started.returncode == 0, started.stderr
+    job = Job.objects.get(pk=int(started.stdout.strip()))
+    assert job.name == "swept" and job.spec["train"]["epochs"] == 4
+    assert trainhub("start", "nope").returncode == 3
+    refused = trainhub("submit", str(path), "--set", "train.lr=-1")
+    assert refused.returncode == 2 and "train.lr" in refused.stderr

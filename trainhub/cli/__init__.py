@@ -69,20 +69,55 @@ def _read_spec(path: str) -> dict:
         raise CliError(f"{path} is not a valid spec", CANCELLED_OR_REFUSED, exc.errors) from None
 
 
+def _overrides(pairs: tuple[str, ...]) -> dict:
+    """``train.epochs=5`` pairs -> {"train": {"epochs": 5}}; values are read as YAML (5, 0.1, true, [a, b])."""
+    out: dict = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--set {pair!r}: write KEY=VALUE, e.g. --set train.epochs=5", CANCELLED_OR_REFUSED)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        *parents, leaf = key.strip().split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    merged = dict(base)
+    for key, value in extra.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+SET_OPTION = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                          help="override one spec value, e.g. --set train.epochs=5 (repeatable)")
+
+
 @cli.command()
 @click.argument("spec_file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("-f", "--follow", "follow_", is_flag=True, help="stream the log; exit code mirrors the outcome")
 @click.option("--name", help="override the spec's name")
 @click.option("--pool", help="override the spec's pool")
-def submit(spec_file, follow_, name, pool):
+@SET_OPTION
+def submit(spec_file, follow_, name, pool, sets):
     """Submit SPEC_FILE (YAML or JSON job spec, or a FedML fedml_config.yaml); prints the job id."""
-    spec = _read_spec(spec_file)
+    spec = _merge(_read_spec(spec_file), _overrides(sets))
     if name:
         spec["name"] = name
     if pool:
         spec["pool"] = pool
     client = Client.from_config()
     created = client.post("/api/jobs", spec)
+    _submitted(client, created, follow_)
+
+
+def _submitted(client: Client, created: dict, follow_: bool) -> None:
     click.echo(created["id"])
     err.print(f"submitted job {created['id']} ({created['status']}): {client.url}{created['url']}", markup=False)
     if follow_:
@@ -226,6 +261,42 @@ def download(job_id, artifact, output):
                 fh.write(chunk)
                 bar.advance(task, len(chunk))
     err.print(f"wrote {target}", markup=False)
+
+
+@cli.command()
+def templates():
+    """List your job templates."""
+    table = Table("ID", "Name", "Mode", "Pool", "Updated", "Description", box=None)
+    for t in Client.from_config().get("/api/templates"):
+        table.add_row(str(t["id"]), t["name"], t["spec"].get("mode", ""), t["spec"].get("pool", ""),
+                      _when(t["updated_at"]), t["description"])
+    out.print(table)
+
+
+@cli.command("save-template")
+@click.argument("name")
+@click.argument("spec_file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option("--description", default="")
+@click.option("--replace", is_flag=True, help="overwrite a template of that name")
+def save_template(name, spec_file, description, replace):
+    """Save SPEC_FILE as template NAME."""
+    saved = Client.from_config().request("POST", "/api/templates", json={
+        "name": name, "spec": _read_spec(spec_file), "description": description, "replace": replace}).json()
+    out.print(f"saved template {saved['id']} {saved['name']}", markup=False)
+
+
+@cli.command()
+@click.argument("template")
+@click.option("-f", "--follow", "follow_", is_flag=True, help="stream the log; exit code mirrors the outcome")
+@SET_OPTION
+def start(template, follow_, sets):
+    """Submit a job from TEMPLATE (its name or id), with --set overrides."""
+    client = Client.from_config()
+    found = [t for t in client.get("/api/templates") if template in (t["name"], str(t["id"]))]
+    if not found:
+        raise CliError(f"no template named {template!r}; list them with 'trainhub templates'")
+    created = client.post(f"/api/templates/{found[0]['id']}/jobs", _overrides(sets))
+    _submitted(client, created, follow_)
 
 
 @cli.command()
