@@ -106,6 +106,20 @@ class LLM(_Section):
     sample_prompt: str = "The "
     sample_tokens: int = Field(64, ge=0, le=4096)
 
+    @model_validator(mode="after")
+    def _shape(self) -> "LLM":
+        errors: dict[str, str] = {}
+        if self.size == "custom" and not self.base_model and None in (self.d_model, self.n_layer, self.n_head):
+            errors["llm.size"] = "custom needs d_model, n_layer and n_head; set all three or pick a preset"
+        if self.d_model and self.n_head and self.d_model % self.n_head:
+            errors["llm.n_head"] = f"d_model {self.d_model} is not divisible by n_head {self.n_head}; change either"
+        if self.base_model and self.tokenizer == "bpe":
+            errors["llm.tokenizer"] = ("a BPE trained now would not match base_model's embeddings; use byte "
+                                       "(the base model's own tokenizer when it has one) or its tokenizer folder")
+        if errors:
+            raise SpecError(errors)
+        return self
+
 
 class Script(_Section):
     workspace: str = Field(..., min_length=1, description="name of a workspace an administrator registered")
