@@ -250,3 +250,15 @@ def test_size_presets_scale_up_to_a_billion_parameters():
     assert 70e6 < blocks("125m") < 130e6
     assert 250e6 < blocks("350m") < 360e6
     assert 0.9e9 < blocks("1b") < 1.2e9
+
+
+def test_lora_trains_its_adapters_with_gradient_checkpointing(tmp_path, text_file):
+    w = workload(tmp_path, llm={"lora": {"r": 2, "alpha": 4}, "gradient_checkpointing": True},
+                 data={"path": str(text_file)})
+    model = w.model()
+    model.train()
+    loss, _ = w.loss(model, next(iter(loader(w, w.datasets()[0]))))
+    loss.backward()
+    lora = [p for n, p in model.named_parameters() if "lora_" in n]
+    assert lora and all(p.grad is not None for p in lora)
+    assert all(p.grad is None for n, p in model.named_parameters() if "lora_" not in n)
