@@ -158,3 +158,28 @@ def test_a_non_staff_user_is_refused_the_admin_and_makes_a_token(browser_page, w
     assert page.locator("text=not authorized").count() >= 1
     page.goto(web.url + "/admin/pools/workerpool/")
     assert "/admin/login" in page.url
+
+
+MODES = [("ddp", {"procs_per_node": "2"}), ("deepspeed", {"procs_per_node": "2"}), ("llm", {"seq_len": "64"})]
+
+
+def test_each_mode_submits_from_its_own_fields(browser_page, web, cpu_pool, user):
+    from trainhub.jobs.models import Job
+
+    page = browser_page
+    log_in(page, web.url, "alice", "correct-horse-battery")
+    for mode, fields in MODES:
+        page.goto(web.url + "/jobs/new")
+        page.select_option("select[name=mode]", mode)
+        page.wait_for_selector(f"#mode-fields h3:has-text('{mode.capitalize()} settings')")
+        page.fill("input[name=name]", f"browser-{mode}")
+        for name, value in fields.items():
+            page.fill(f"#mode-fields input[name={name}]", value)
+        page.click("button[value=submit]")
+        page.wait_for_url(re.compile(r".*/jobs/\d+$"))
+        job = Job.objects.get(pk=job_id_of(page))
+        assert job.mode == mode and job.name == f"browser-{mode}"
+        if mode == "llm":
+            assert job.spec["llm"]["seq_len"] == 64
+        else:
+            assert job.spec["resources"]["procs_per_node"] == 2
