@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from trainhub.api import errors as api_errors
 from trainhub.api.views import api
 
 urlpatterns = [
@@ -9,6 +10,7 @@ urlpatterns = [
     path("logout", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("api/<path:rest>", api_errors.not_found),
     path("tokens/", include("trainhub.api.urls")),
     path("templates/", include("trainhub.jobs.template_views")),
     path("pools/", include("trainhub.pools.views")),

@@ -104,3 +104,14 @@ def test_logs_page_after_a_sequence_number_and_metrics_come_as_series(api, cpu_p
 def test_the_schema_is_served(client):
     schema = client.get("/api/openapi.json").json()
     assert {"/api/jobs", "/api/pools", "/api/templates", "/api/jobs/{job_id}/files/{path}"} <= set(schema["paths"])
+
+
+def test_unknown_api_urls_answer_json_404(api):
+    for path in ("/api/nothing", "/api/jobs/1/files/"):
+        response = api.get(path)
+        assert response.status_code == 404 and "/api/docs" in response.json()["detail"]
+
+
+def test_an_oversized_body_is_413_json(api, cpu_pool):
+    response = api.post("/api/jobs", raw="x" * 3_000_000)
+    assert response.status_code == 413 and "256 KiB" in response.json()["detail"]

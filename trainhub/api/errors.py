@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import logging
 
-from django.http import Http404
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, JsonResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
@@ -64,7 +66,18 @@ def install(api: NinjaAPI) -> None:
     def _not_found(request, exc):
         return api.create_response(request, {"detail": "not found (or not yours)"}, status=404)
 
+    @api.exception_handler(RequestDataTooBig)
+    def _too_big(request, exc):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return api.create_response(request, {"detail": f"the request body is larger than {limit} bytes; "
+                                                       "a job spec is at most 256 KiB"}, status=413)
+
     @api.exception_handler(Exception)
     def _unexpected(request, exc):
         log.exception("API error on %s %s", request.method, request.path)
         return api.create_response(request, {"detail": "internal error; the server log has the details"}, status=500)
+
+
+def not_found(request, rest: str = ""):
+    """Unknown URLs under /api/ answer JSON too, not Django's HTML page."""
+    return JsonResponse({"detail": f"no API endpoint at {request.path}; see /api/docs"}, status=404)
