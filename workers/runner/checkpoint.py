@@ -55,7 +55,11 @@ def save(strategy, run_dir: Path, step: int, state: dict[str, Any], spec, keep_l
 
 def load(strategy, path: Path) -> dict[str, Any]:
     """Restore model/optimizer/scheduler and this rank's RNG; returns the loop state."""
-    state = strategy.load_checkpoint(path)
+    try:
+        state = strategy.load_checkpoint(path)
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise RuntimeError(f"cannot resume from {path}: it does not fit this spec ({exc}); "
+                           "use a new run directory or set checkpoint.resume: false") from exc
     rng = path / f"rng-rank{strategy.rank}.pt"
     if rng.exists():
         _set_rng_state(torch.load(rng, weights_only=False))
