@@ -25,7 +25,7 @@ class WebServer:
 
     def start(self) -> "WebServer":
         argv = [sys.executable, "-m", "uvicorn", "trainhub.asgi:application", "--host", "127.0.0.1",
-                "--port", str(self.port), "--log-level", "warning"]
+                "--port", str(self.port), "--log-level", "warning", "--timeout-graceful-shutdown", "2"]
         self.proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=open(self.log, "ab"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
