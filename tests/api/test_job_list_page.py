@@ -67,3 +67,12 @@ def test_a_page_costs_a_fixed_number_of_queries_however_many_jobs(user_client, u
     with django_assert_max_num_queries(6):
         response = user_client.get("/?q=j&status=queued")
     assert len(response.context["jobs"]) == 50
+
+
+def test_oldest_first_pages_forward_with_its_own_cursor(user_client, user, cpu_pool):
+    jobs = [make(user, cpu_pool, f"run-{i}") for i in range(55)]
+    first = user_client.get("/?sort=oldest")
+    assert names(first)[:2] == ["run-0", "run-1"] and len(first.context["jobs"]) == 50
+    assert f"?sort=oldest&amp;after={jobs[49].pk}" in first.content.decode()
+    second = user_client.get(f"/?sort=oldest&after={jobs[49].pk}")
+    assert names(second) == [f"run-{i}" for i in range(50, 55)]

@@ -50,6 +50,8 @@ def test_the_list_filters_by_status_mode_pool_and_name(api, cpu_pool, no_enqueue
     assert ids("pool=cpu&mode=centralized") == [b, a]
     assert ids("limit=1") == [b] and api.get("/api/jobs?limit=1").json()["next_before"] == b
     assert ids(f"before={b}") == [a]
+    assert ids("after=0") == [a, b] and api.get("/api/jobs?after=0&limit=1").json()["next_after"] == a
+    assert ids(f"after={a}") == [b]
     assert api.get("/api/jobs?status=bogus").status_code == 422
 
 

@@ -35,6 +35,7 @@ class JobOut(Schema):
 class JobPage(Schema):
     items: list[JobOut]
     next_before: int | None
+    next_after: int | None = None
 
 
 class Created(Schema):

@@ -34,10 +34,13 @@ def create_job(request, spec: dict = Body(..., description="the job spec (see do
     return Status(201, {"id": job.pk, "status": job.status, "url": f"/jobs/{job.pk}"})
 
 
-@api.get("/jobs", response=responses({200: JobPage}), summary="List jobs, newest first (keyset paginated)")
+@api.get("/jobs", response=responses({200: JobPage}),
+         summary="List jobs: newest first from `before`, or oldest first from `after` (keyset paginated)")
 def list_jobs(request, status: JobStatus | None = None, mode: str | None = None, pool: str | None = None,
               owner: str | None = None, q: str | None = Query(None, max_length=200, description="name contains"),
-              before: int | None = None, limit: int = Query(50, ge=1, le=500)):
+              before: int | None = None,
+              after: int | None = Query(None, description="oldest first, ids above this (0 = from the start)"),
+              limit: int = Query(50, ge=1, le=500)):
     qs = jobs_visible_to(request.auth)
     if status:
         qs = qs.filter(status=status)
@@ -49,6 +52,9 @@ def list_jobs(request, status: JobStatus | None = None, mode: str | None = None,
         qs = qs.filter(owner__username=owner)
     if q:
         qs = qs.filter(name__icontains=q)
+    if after is not None:
+        items = list(qs.filter(pk__gt=after).order_by("pk")[:limit])
+        return {"items": items, "next_before": None, "next_after": items[-1].pk if len(items) == limit else None}
     if before:
         qs = qs.filter(pk__lt=before)
     items = list(qs.order_by("-pk")[:limit])

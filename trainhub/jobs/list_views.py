@@ -37,11 +37,12 @@ def _filters(request: HttpRequest) -> dict[str, str]:
         found["mode"] = ""
     if not request.user.is_staff:
         found["owner"] = ""
+    found["sort"] = "oldest" if get.get("sort") == "oldest" else ""
     return {k: v for k, v in found.items() if v}
 
 
 def _query(request: HttpRequest, filters: dict[str, str]):
-    qs = jobs_visible_to(request.user).order_by("-pk")
+    qs = jobs_visible_to(request.user).order_by("pk" if filters.get("sort") == "oldest" else "-pk")
     if "status" in filters:
         qs = qs.filter(status=filters["status"])
     if "mode" in filters:
@@ -62,16 +63,19 @@ def job_list(request: HttpRequest) -> HttpResponse:
         return _bulk_cancel(request)
     filters = _filters(request)
     qs = _query(request, filters)
-    before = _int(request.GET.get("before"))
-    if before:
-        qs = qs.filter(pk__lt=before)
+    # keyset pagination in either direction: a cursor is the last id seen, never an offset
+    oldest = filters.get("sort") == "oldest"
+    cursor_name = "after" if oldest else "before"
+    cursor = _int(request.GET.get(cursor_name))
+    if cursor:
+        qs = qs.filter(pk__gt=cursor) if oldest else qs.filter(pk__lt=cursor)
     jobs = list(qs[: PAGE_SIZE + 1])
     has_more = len(jobs) > PAGE_SIZE
     jobs = jobs[:PAGE_SIZE]
     query = urlencode(filters)
     context = {"jobs": jobs, "filters": filters, "status": filters.get("status", ""), "statuses": Status.values,
-               "modes": MODES, "pools": WorkerPool.objects.values_list("name", flat=True), "before": before,
-               "query": query, "amp": "&" if query else "",
+               "modes": MODES, "pools": WorkerPool.objects.values_list("name", flat=True), "before": cursor,
+               "cursor_name": cursor_name, "query": query, "amp": "&" if query else "",
                "next_before": jobs[-1].pk if has_more else None,
                "any_active": any(j.status in ACTIVE for j in jobs)}
     partial = request.htmx and request.htmx.target in ("job-results", "job-rows")
