@@ -183,3 +183,23 @@ def test_each_mode_submits_from_its_own_fields(browser_page, web, cpu_pool, user
             assert job.spec["llm"]["seq_len"] == 64
         else:
             assert job.spec["resources"]["procs_per_node"] == 2
+
+
+def test_the_yaml_tab_round_trips_with_the_form_in_the_browser(browser_page, web, cpu_pool, user):
+    page = browser_page
+    log_in(page, web.url, "alice", "correct-horse-battery")
+    page.goto(web.url + "/jobs/new")
+    page.fill("input[name=name]", "round-trip")
+    page.fill("input[name=epochs]", "4")
+    page.click("button[value=to_yaml]")
+    page.wait_for_selector("#yaml-tab textarea:visible")
+    text = page.input_value("#yaml-tab textarea")
+    assert "name: round-trip" in text and "epochs: 4" in text
+    page.fill("#yaml-tab textarea", text.replace("epochs: 4", "epochs: 9") + "checkpoint: {keep_last: 7}\n")
+    page.click("button[value=to_form]")
+    page.wait_for_selector("#form-tab input[name=epochs]:visible")
+    assert page.input_value("input[name=epochs]") == "9"
+    assert '"keep_last": 7' in page.input_value("input[name=extra]")
+    page.click("button[value=to_yaml]")
+    page.wait_for_selector("#yaml-tab textarea:visible")
+    assert "keep_last: 7" in page.input_value("#yaml-tab textarea")
