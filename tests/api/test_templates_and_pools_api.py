@@ -48,8 +48,17 @@ def test_pools_show_load_and_hide_workers_and_disabled_pools_from_non_staff(api,
     pools = api.get("/api/pools").json()
     assert [p["name"] for p in pools] == ["cpu"]
     assert pools[0]["workers_online"] == 1 and pools[0]["workers"] is None and pools[0]["queue"] is None
+    assert pools[0]["state"] == "enabled" and pools[0]["may_submit"] is True
     user.is_staff = True
     user.save()
     pools = api.get("/api/pools").json()
     assert [p["name"] for p in pools] == ["cpu", "retired"]
     assert pools[0]["workers"][0]["hostname"] == "w1@host" and pools[0]["queue"] == "cpu"
+
+
+def test_non_staff_do_not_see_pools_reserved_for_other_groups(api, cpu_pool):
+    from django.contrib.auth.models import Group
+
+    reserved = WorkerPool.objects.create(name="vision-gpus", queue="vision", kind="gpu")
+    reserved.groups.add(Group.objects.create(name="vision"))
+    assert [p["name"] for p in api.get("/api/pools").json()] == ["cpu"]

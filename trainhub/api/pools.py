@@ -1,5 +1,5 @@
-"""Worker pools, read-only. Everyone sees enabled pools and their load; staff also see
-disabled pools, queue names and each worker."""
+"""Worker pools, read-only. Everyone sees the pools they may submit to and their load; staff
+see every pool (disabled ones too), queue names and each worker."""
 from __future__ import annotations
 
 from django.db.models import Count, Q
@@ -19,14 +19,17 @@ def list_pools(request):
         queued=Count("jobs", filter=Q(jobs__status=Status.QUEUED)),
         running=Count("jobs", filter=Q(jobs__status__in=[Status.RUNNING, Status.CANCELLING])))
     if not staff:
-        pools = pools.filter(enabled=True)
+        pools = [p for p in pools.filter(enabled=True).prefetch_related("groups")
+                 if p.accepts_submissions and p.may_submit(request.auth)]
     workers: dict[int, list[Worker]] = {}
     for worker in Worker.objects.all():
         workers.setdefault(worker.pool_id, []).append(worker)
     out = []
     for pool in pools:
         mine = workers.get(pool.pk, [])
-        row = {"name": pool.name, "kind": pool.kind, "enabled": pool.enabled, "description": pool.description,
+        row = {"name": pool.name, "kind": pool.kind, "enabled": pool.enabled, "state": pool.state,
+               "modes": pool.mode_list or None, "may_submit": pool.may_submit(request.auth),
+               "description": pool.description,
                "queued": pool.queued, "running": pool.running, "workers_online": sum(w.online for w in mine)}
         if staff:
             row["queue"] = pool.queue

@@ -130,6 +130,9 @@ class PoolOut(Schema):
     name: str
     kind: str
     enabled: bool
+    state: str
+    modes: list[str] | None = None
+    may_submit: bool
     description: str
     queued: int
     running: int

@@ -60,14 +60,16 @@ def _context(request, form: JobForm, tab: str = "form", **extra) -> dict:
             "preview_yaml": preview_yaml, "commands": commands, **extra}
 
 
-def _pools() -> list[str]:
-    return list(WorkerPool.objects.filter(enabled=True).values_list("name", flat=True))
+def _pools(user) -> list[str]:
+    """Pools this user may submit to now (the spec check says why any other is refused)."""
+    pools = WorkerPool.objects.filter(enabled=True).prefetch_related("groups")
+    return [p.name for p in pools if p.accepts_submissions and p.may_submit(user)]
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def job_new(request: HttpRequest) -> HttpResponse:
-    pools = _pools()
+    pools = _pools(request.user)
     if request.method == "POST":
         return _post(request, pools)
     if request.GET.get("fragment") == "mode-fields":
