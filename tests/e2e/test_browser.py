@@ -1,6 +1,6 @@
 """The product in a real browser: Playwright driving Debian's headless Chromium against uvicorn
 and a real Celery worker. Log in, submit from the form, watch it succeed, cancel a long job,
-clone one; a non-staff user is refused the admin.
+clone one; a non-staff user is refused the admin; staff drain a pool there.
 
 Set TRAINHUB_UPDATE_SCREENSHOTS=1 to refresh docs/screenshots/ from this run.
 """
@@ -203,3 +203,18 @@ def test_the_yaml_tab_round_trips_with_the_form_in_the_browser(browser_page, web
     page.click("button[value=to_yaml]")
     page.wait_for_selector("#yaml-tab textarea:visible")
     assert "keep_last: 7" in page.input_value("#yaml-tab textarea")
+
+
+def test_staff_drains_a_pool_in_the_admin(browser_page, web, cpu_pool, user):
+    from trainhub.pools.models import WorkerPool
+
+    user.is_staff = user.is_superuser = True
+    user.save(update_fields=["is_staff", "is_superuser"])
+    page = browser_page
+    log_in(page, web.url, "alice", "correct-horse-battery")
+    page.goto(web.url + "/admin/pools/workerpool/")
+    page.check(f"input[name=_selected_action][value='{cpu_pool.pk}']")
+    page.select_option("select[name=action]", "drain")
+    page.click("button[name=index]")
+    page.wait_for_load_state()
+    assert WorkerPool.objects.get(pk=cpu_pool.pk).state == "draining"
