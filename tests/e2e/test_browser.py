@@ -171,7 +171,7 @@ def test_each_mode_submits_from_its_own_fields(browser_page, web, cpu_pool, user
     for mode, fields in MODES:
         page.goto(web.url + "/jobs/new")
         page.select_option("select[name=mode]", mode)
-        page.wait_for_selector(f"#mode-fields h3:has-text('{mode.capitalize()} settings')")
+        page.wait_for_selector(f"#mode-fields[data-mode={mode}]")
         page.fill("input[name=name]", f"browser-{mode}")
         for name, value in fields.items():
             page.fill(f"#mode-fields input[name={name}]", value)

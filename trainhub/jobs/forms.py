@@ -41,6 +41,8 @@ MODE_FIELDS = {
     "llm": RESOURCES + ["strategy", "arch", "size", "seq_len", "tokenizer", "data_path", "lora_r"],
     "script": RESOURCES + ["workspace", "entry", "args", "launcher"],
 }
+MODE_LABELS = {"centralized": "Centralized", "ddp": "DDP", "deepspeed": "DeepSpeed", "llm": "LLM",
+               "script": "Script"}
 #: fields that may be left empty (the spec's default applies)
 OPTIONAL = {"priority", "seed", "checkpoint_every", "max_restarts", "timeout_minutes", "nodes", "procs_per_node",
             "gpus_per_node", "seq_len", "tokenizer"}
@@ -105,6 +107,7 @@ class JobForm(forms.Form):
         mode = mode or data.get("mode") or "centralized"
         self.mode = mode if mode in MODES else "centralized"
         self.mode_name = self.mode  # templates see form.mode as the field, not this value
+        self.mode_label = MODE_LABELS[self.mode]
         keep = set(COMMON) | set(MODE_FIELDS[self.mode]) | {"extra", "spec_yaml", "spec_file"}
         if self.is_bound and (str(self.data.get("spec_yaml", "")).strip() or self.files.get("spec_file")):
             keep = {"spec_yaml", "spec_file"}  # the text is the whole spec: typed fields are ignored
