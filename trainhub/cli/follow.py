@@ -4,7 +4,8 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 
 from trainhub.cli.client import CANCELLED_OR_REFUSED, FAILED, OK, Client
 
@@ -21,7 +22,8 @@ def print_lines(console: Console, lines: list[dict], ranks: bool) -> None:
 def follow(client: Client, job_id: int, console: Console, after: int = -1, interval: float = 1.0) -> int:
     """Stream the log after ``after`` until the job is final; returns its exit code (0/1/2)."""
     progress = Progress(TextColumn("job {task.fields[job]} [bold]{task.fields[status]}"), BarColumn(),
-                        MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True)
+                        MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+                        TimeRemainingColumn(), console=console, transient=True)
     task = progress.add_task("", total=None, job=job_id, status="queued")
     ranks = False
     with progress:
