@@ -168,9 +168,10 @@ def _pump(pipe, stream: str, out: queue.Queue) -> None:
 
 
 class Execution:
-    def __init__(self, job: Job, env_extra: dict[str, str] | None = None):
+    def __init__(self, job: Job, env_extra: dict[str, str] | None = None, launch_kwargs: dict | None = None):
         self.job = job
         self.env_extra = dict(env_extra or {})  # from the scheduler, e.g. CUDA_VISIBLE_DEVICES of the GPU lease
+        self.launch_kwargs = dict(launch_kwargs or {})  # a gang's node: nnodes, node_rank, rdzv_endpoint, rdzv_id
         self.spec = parse_spec(job.spec)
         self.run_dir = run_dir_for(job)
         self.seq = logs.next_seq(job.pk)
@@ -222,7 +223,7 @@ class Execution:
         workspace_dir = None
         if self.spec.script:
             workspace_dir = Path(Workspace.objects.get(name=self.spec.script.workspace).path)
-        argv = launch.argv(self.spec, config_path, self.run_dir, workspace_dir=workspace_dir)
+        argv = launch.argv(self.spec, config_path, self.run_dir, workspace_dir=workspace_dir, **self.launch_kwargs)
         env = launch.env(self.spec, self.run_dir, workspace_dir=workspace_dir)
         for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "TRAINHUB_SECRET_KEY", "REDIS_URL"):
             env.pop(name, None)  # training code gets no access to the dashboard's secrets
@@ -317,7 +318,8 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def execute(job: Job, env_extra: dict[str, str] | None = None) -> Outcome:
-    """Run one attempt; ``env_extra`` is added to the launched command's environment."""
-    return Execution(job, env_extra).run()
+def execute(job: Job, env_extra: dict[str, str] | None = None, launch_kwargs: dict | None = None) -> Outcome:
+    """Run one attempt; ``env_extra`` is added to the launched command's environment and
+    ``launch_kwargs`` (a multi-node job's node) to ``launch.argv``."""
+    return Execution(job, env_extra, launch_kwargs).run()
 

@@ -14,8 +14,10 @@ from celery.signals import worker_ready, worker_shutdown, worker_shutting_down  
 from trainhub.jobs.lifecycle import Outcome, job_finish, job_release_gpus  # noqa: E402
 from trainhub.jobs.models import Job, LogLine, Status  # noqa: E402
 from trainhub.jobs.services import job_enqueue  # noqa: E402
-from trainhub.pools import registry, scheduling  # noqa: E402
+from trainhub.pools import gang, registry, scheduling  # noqa: E402
+from trainhub.pools.models import GangMember  # noqa: E402
 from workers import executor  # noqa: E402
+from workers import gang as gang_node  # noqa: E402
 from workers.app import app  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -35,9 +37,9 @@ def run_job(self, job_id: int, attempt: int = 1) -> str:
     job = decision.job
     if job.pk != job_id:  # this message started a better job; its own job keeps a message
         _send_again(job_id)
-    env_extra = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, decision.gpus))} if decision.gpus else {}
-    if job.pool.kind == job.pool.Kind.GPU and not decision.gpus:
-        env_extra["CUDA_VISIBLE_DEVICES"] = ""  # a job that asked for no GPU sees none
+    env_extra = _gpu_env(job, decision.gpus)
+    if decision.member is not None:
+        return _run_gang_member(decision.member, env_extra, task_id=self.request.id or "")
     try:
         outcome = executor.execute(job, env_extra=env_extra)
     except Exception as exc:  # the executor itself broke: record it, never leave the job running
@@ -48,6 +50,48 @@ def run_job(self, job_id: int, attempt: int = 1) -> str:
     job_finish(job, outcome)
     _trim_logs(job)
     return outcome.status
+
+
+def _gpu_env(job: Job, gpus: list[int]) -> dict[str, str]:
+    if gpus:
+        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+    # a job that asked for no GPU on a GPU pool sees none
+    return {"CUDA_VISIBLE_DEVICES": ""} if job.pool.kind == job.pool.Kind.GPU else {}
+
+
+def _run_gang_member(member: GangMember, env_extra: dict[str, str], *, task_id: str) -> str:
+    """Hold this worker's place in a multi-node job's gang; run its node once all have joined."""
+    nodes = scheduling.needs(member.job.spec)[0]
+    try:
+        if GangMember.objects.filter(job_id=member.job_id, attempt=member.attempt).count() < nodes:
+            _send_again(member.job_id)  # so that another worker hears of the gang
+        started = gang.gang_wait(member, nodes, task_id=task_id, stop=executor.SHUTDOWN)
+        if isinstance(started, str):
+            return f"gang not started: {started}"
+        job = started
+        launch_kwargs = {"nnodes": nodes, "node_rank": member.node_rank, "rdzv_endpoint": gang.leader_address(member),
+                         "rdzv_id": f"job{job.pk}-{job.attempt}"}
+        if member.node_rank:
+            try:
+                failure = gang_node.run_node(job, launch_kwargs=launch_kwargs, env_extra=env_extra)
+            except Exception as exc:
+                log.exception("node %s of job %s could not run", member.node_rank, job.pk)
+                failure = Outcome(Status.FAILED, None, f"node {member.node_rank}: worker error: {exc}")
+            if failure is not None:
+                job_finish(job, failure)
+            return f"node {member.node_rank} done"
+        try:
+            outcome = executor.execute(job, env_extra=env_extra, launch_kwargs=launch_kwargs)
+        except Exception as exc:
+            log.exception("executor failed for job %s", job.pk)
+            outcome = Outcome(Status.FAILED, None, f"worker error: {exc}")
+        job_release_gpus(job, worker_id=member.worker_id, token=member.lease_token)
+        job_finish(job, outcome)
+        _trim_logs(job)
+        return outcome.status
+    finally:
+        job_release_gpus(member.job, worker_id=member.worker_id, token=member.lease_token)
+        GangMember.objects.filter(pk=member.pk).update(done=True)
 
 
 def _send_again(job_id: int, wait: float = 0.0) -> None:

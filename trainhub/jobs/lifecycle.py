@@ -51,9 +51,13 @@ def job_claim(job_id: int, attempt: int, *, hostname: str, task_id: str = "", gp
     return job if won else None
 
 
-def job_release_gpus(job: Job) -> int:
-    """Give back the GPUs this attempt holds (leases of a newer claim are untouched)."""
-    return GpuLease.objects.filter(job_id=job.pk, lease_token__lte=job.lease_token).delete()[0]
+def job_release_gpus(job: Job, *, worker_id: int | None = None, token: int | None = None) -> int:
+    """Give back the GPUs this attempt holds (leases of a newer claim are untouched); a gang
+    member gives back only its own worker's (``worker_id``, ``token``)."""
+    leases = GpuLease.objects.filter(job_id=job.pk)
+    if worker_id is not None:
+        return leases.filter(worker_id=worker_id, lease_token=token).delete()[0]
+    return leases.filter(lease_token__lte=job.lease_token).delete()[0]
 
 
 def job_renew(job: Job) -> str | None:

@@ -49,9 +49,6 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
         if most is not None and gpus > most:
             raise SpecError({"resources.gpus_per_node": f"no worker of pool {pool.name!r} has {gpus} GPUs "
                                                         f"(the most is {most}); ask for {most} or fewer"})
-    if spec.resources.nodes > 1:
-        raise SpecError({"resources.nodes": "multi-node jobs are not scheduled yet (no gang scheduling); "
-                                            "set nodes: 1 and use procs_per_node for several ranks"})
     if spec.script and not Workspace.objects.filter(name=spec.script.workspace).exists():
         raise SpecError({"script.workspace": f"no workspace named {spec.script.workspace!r}; "
                                              "ask an administrator to register it"})

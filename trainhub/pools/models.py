@@ -154,3 +154,30 @@ class Workspace(models.Model):
     def clean(self) -> None:
         if not self.path.startswith("/"):
             raise ValidationError({"path": "must be an absolute directory path, e.g. /srv/teams/vision"})
+
+
+class GangMember(models.Model):
+    """One worker's place in a multi-node job's gang, for one attempt.
+
+    Workers join while the job is still queued, each holding a slot and its GPU leases; the
+    job starts only when all ``nodes`` have joined (all or nothing), else it fails after the
+    gang timeout and every member lets go."""
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="gang_members")
+    attempt = models.PositiveIntegerField()
+    worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="gang_members")
+    node_rank = models.PositiveSmallIntegerField()
+    address = models.CharField(max_length=300, blank=True, help_text="rank 0: the c10d rendezvous host:port")
+    lease_token = models.PositiveIntegerField(help_text="the job's lease token once the gang starts")
+    joined_at = models.DateTimeField(default=timezone.now)
+    done = models.BooleanField(default=False, help_text="this member's thread has let go (slot free)")
+
+    class Meta:
+        ordering = ["job", "attempt", "node_rank"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "worker"], name="gangmember_one_place_per_worker"),
+            models.UniqueConstraint(fields=["job", "attempt", "node_rank"], name="gangmember_one_worker_per_rank"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt} node {self.node_rank}: {self.worker}"

@@ -11,7 +11,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from trainhub.pools import gpus
-from trainhub.pools.models import GpuLease, Worker, WorkerPool, offline_after
+from trainhub.pools.models import GangMember, GpuLease, Worker, WorkerPool, offline_after
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = int(os.environ.get("TRAINHUB_HEARTBEAT_SECONDS", "10"))
@@ -44,6 +44,7 @@ def worker_online(hostname: str) -> Worker | None:
         hostname=hostname,
         defaults={"pool": pool, "started_at": timezone.now(), "last_heartbeat": timezone.now(), "info": info,
                   "gpu_count": len(info["gpus"]), "threads": int(os.environ.get("TRAINHUB_WORKER_THREADS", "1"))})
+    GangMember.objects.filter(worker=worker, done=False).update(done=True)  # places held by a previous run
     threading.Thread(target=_beat, args=(hostname,), daemon=True, name="trainhub-heartbeat").start()
     return worker
 

@@ -11,14 +11,17 @@ queue after a short wait, the job's status untouched.
 """
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from dataclasses import dataclass, field
 
+from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 
 from trainhub.jobs.lifecycle import job_claim
 from trainhub.jobs.models import Job, Status
-from trainhub.pools.models import GpuLease, Worker, WorkerPool
+from trainhub.pools.models import GangMember, GpuLease, Worker, WorkerPool
 
 RUNNING = (Status.RUNNING, Status.CANCELLING)
 CANDIDATES = 200  # queued jobs looked at per claim, best first
@@ -31,6 +34,7 @@ class Decision:
     gpus: list[int] = field(default_factory=list)
     wait: str = ""  # nothing fits now: put the message back (status unchanged)
     drop: str = ""  # the message is stale (job cancelled, claimed or retried): forget it
+    member: GangMember | None = None  # joined a multi-node job's gang (the job is still queued)
 
 
 def needs(spec: dict) -> tuple[int, int]:
@@ -41,6 +45,37 @@ def needs(spec: dict) -> tuple[int, int]:
 def free_gpus(worker: Worker) -> list[int]:
     held = set(GpuLease.objects.filter(worker=worker).values_list("index", flat=True))
     return [i for i in range(worker.usable_gpus) if i not in held]
+
+
+def slots_used(worker: Worker) -> int:
+    """Single-node jobs running here plus this worker's places in gangs (waiting or running)."""
+    single = Job.objects.filter(worker=worker, status__in=RUNNING).exclude(gang_members__isnull=False).count()
+    return single + GangMember.objects.filter(worker=worker, done=False).count()
+
+
+def rendezvous_address() -> str:
+    """host:port of a free port on this host, reachable by the gang's other nodes."""
+    host = os.environ.get("TRAINHUB_WORKER_ADDRESS") or socket.gethostbyname(socket.gethostname())
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return f"{host}:{s.getsockname()[1]}"
+
+
+def gang_join(job: Job, worker: Worker, gpus: list[int], nodes: int) -> GangMember | None:
+    """Take the next node rank of this attempt's gang, with this worker's GPUs; None if full or raced."""
+    try:
+        with transaction.atomic():
+            taken = GangMember.objects.filter(job=job, attempt=job.attempt).count()
+            if taken >= nodes or not Job.objects.filter(pk=job.pk, status=Status.QUEUED, attempt=job.attempt).exists():
+                return None
+            member = GangMember.objects.create(job=job, attempt=job.attempt, worker=worker, node_rank=taken,
+                                               address=rendezvous_address() if taken == 0 else "",
+                                               lease_token=job.lease_token + 1)
+            GpuLease.objects.bulk_create([GpuLease(worker=worker, index=i, job_id=job.pk,
+                                                   lease_token=job.lease_token + 1) for i in gpus])
+            return member
+    except IntegrityError:  # another worker took this rank, or a GPU, first
+        return None
 
 
 def queue_position(job: Job) -> int | None:
@@ -65,7 +100,7 @@ def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") 
         return Decision(wait=f"pool {pool.name} is {pool.state}")
     with _claim_lock:
         slots = min(pool.slots_per_worker, worker.threads or pool.slots_per_worker)
-        running = Job.objects.filter(worker=worker, status__in=RUNNING).count()
+        running = slots_used(worker)
         if running >= slots:
             return Decision(wait=f"all {slots} slot(s) of {hostname} are busy")
         free = free_gpus(worker)
@@ -75,10 +110,17 @@ def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") 
                          .annotate(n=Count("id")).filter(n__gte=pool.max_jobs_per_user))
             at_limit = {row["owner_id"] for row in per_owner}
         queued = (Job.objects.filter(pool=pool, status=Status.QUEUED).order_by("-priority", "id")
-                  .only("id", "attempt", "spec", "owner_id", "priority")[:CANDIDATES])
+                  .only("id", "attempt", "spec", "owner_id", "priority", "lease_token")[:CANDIDATES])
+        joined = set(GangMember.objects.filter(worker=worker, done=False).values_list("job_id", flat=True))
         for job in queued:
             nodes, gpus = needs(job.spec)
-            if nodes > 1 or gpus > len(free) or job.owner_id in at_limit:
+            if gpus > len(free) or job.owner_id in at_limit or job.pk in joined:
+                continue
+            if nodes > 1:
+                member = gang_join(job, worker, free[:gpus], nodes)
+                if member is not None:
+                    return Decision(job=job, gpus=free[:gpus], member=member)
+                free = free_gpus(worker)
                 continue
             claimed = job_claim(job.pk, job.attempt, hostname=hostname, task_id=task_id, gpus=free[:gpus])
             if claimed is not None:
