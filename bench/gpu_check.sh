@@ -9,7 +9,8 @@
 # Results land in $OUT (default /tmp/gpu_check): summary.txt, a.json .. d.json, gpu.log.
 #
 # Missing packages (pydantic, deepspeed, hjson) travel as wheels in .whl/ (see docs/LLM.md).
-# Usage from the repo root:  bash bench/gpu_check.sh
+# Usage from the repo root:  bash bench/gpu_check.sh            (throughput: a-d)
+#                            bash bench/gpu_check.sh features   (LoRA + merge, GPT-2: e-f)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check}
@@ -63,6 +64,7 @@ run() {  # name, cap in seconds, extra args...
   local left=$((BUDGET - (SECONDS - START) - 15))
   [ "$left" -lt "$cap" ] && cap=$left
   if [ "$cap" -lt 45 ]; then echo "== ($name) skipped: out of time" | tee -a "$LOG"; return 1; fi
+  rm -rf "$WORK/$name"
   echo "== ($name) $* [t=$((SECONDS - START))s, limit ${cap}s]" | tee -a "$LOG"
   timeout -k 10 "$cap" $PY bench/llm_throughput.py "${COMMON[@]}" "$@" --work-dir "$WORK/$name" \
     --out "$OUT/$name.json" >>"$LOG" 2>&1
@@ -72,6 +74,15 @@ run() {  # name, cap in seconds, extra args...
   return $rc
 }
 
+if [ "${1:-}" = features ]; then
+  # GPU paths the throughput runs do not take: LoRA on a saved base model with activation
+  # checkpointing and the merged model reloaded without peft (e), GPT-2 compiled (f).
+  NAMES=ef
+  read -r -a FEAT <<< "${FEATURE_ARGS:---size 125m --batch 8}"
+  run e 120 "${FEAT[@]}" --steps 20 --lora 16 --base-model --grad-ckpt --compile
+  run f 120 "${FEAT[@]}" --steps 20 --arch gpt2 --compile
+else
+NAMES=abcd
 COMPILE=--compile
 run a 170 --steps 30 --strategy single $COMPILE || { COMPILE=; run a 100 --steps 15 --strategy single; }
 run b 130 --steps 20 --strategy ddp $COMPILE
@@ -83,23 +94,26 @@ else
 fi
 # (d) if time is left: the workload in a bare loop (fused AdamW, no checkpoint/eval/logging)
 run d 100 --steps 15 --via direct $COMPILE
+fi
 
-$PY - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
+$PY - "$OUT" "$NAMES" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
-print(f"{'run':4} {'strategy':10} {'compile':8} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU/989':>8} {'MFU/790':>8} {'eval_loss':>9}")
-for name in "abcd":
+print(f"{'run':4} {'what':22} {'compile':8} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU/989':>8} {'MFU/790':>8} {'eval_loss':>9}")
+for name in sys.argv[2]:
     f = out / f"{name}.json"
     if not f.exists():
         print(f"{name:4} (no result; see gpu.log)")
         continue
     r = json.loads(f.read_text())
     label = r['strategy'] if r.get('via') != 'direct' else 'direct'
-    print(f"{name:4} {label:10} {str(r['compile']):8} {r['tokens_per_s']:10.0f} "
+    label += f" {r['arch']}-{r['size']}" + (f" lora{r['lora']}" if r.get('lora') else "")
+    print(f"{name:4} {label:22} {str(r['compile']):8} {r['tokens_per_s']:10.0f} "
           f"{r['achieved_tflops_per_device']:8.1f} {r.get('mfu_vs_peak', 0):8.1%} "
           f"{r.get('mfu_vs_measured_790', 0):8.1%} {r.get('eval_loss') or float('nan'):9.3f}")
     print(f"     params {r['params']:,} flops/token {r['flops_per_token']:.3e} windows "
-          f"{[round(x) for x in r.get('tokens_per_s_windows', [])]} wall {r.get('wall_seconds')}s")
+          f"{[round(x) for x in r.get('tokens_per_s_windows', [])]} wall {r.get('wall_seconds')}s"
+          + (f" merged_loads_without_peft={r['merged_loads_without_peft']}" if "merged_loads_without_peft" in r else ""))
 EOF
 echo "total $((SECONDS - START))s" | tee -a "$LOG"

@@ -48,6 +48,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--grad-ckpt", action="store_true")
+    p.add_argument("--lora", type=int, default=0, help="LoRA rank (0: full training)")
+    p.add_argument("--base-model", action="store_true",
+                   help="fine-tune: first save a fresh model of --size as a local checkpoint")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--strategy", choices=("single", "ddp", "deepspeed"), default="single")
     p.add_argument("--nproc", type=int, default=1)
@@ -79,10 +82,13 @@ def spec_dict(a: argparse.Namespace, data_path: Path) -> dict:
         "data": {"path": str(data_path), "batch_size": a.batch,
                  "val_fraction": round(min(0.5, 4 * a.batch * a.nproc / (blocks + 4 * a.batch * a.nproc)), 4)},
         "train": {"epochs": 1, "max_steps": a.steps, "lr": 3e-4, "log_every_steps": a.log_every, "seed": 0},
+        "checkpoint": {"resume": False},  # a benchmark never continues an earlier run
         "llm": {"arch": a.arch, "size": a.size, "seq_len": a.seq_len, "tokenizer": "byte",
                 "precision": a.precision, "compile": a.compile, "gradient_checkpointing": a.grad_ckpt,
                 "sample_tokens": 32},
     }
+    if a.lora:
+        spec["llm"]["lora"] = {"r": a.lora, "alpha": 2 * a.lora}
     if a.strategy == "deepspeed":
         spec["deepspeed"] = {"zero_stage": a.zero_stage, "precision": a.precision}
     return spec
@@ -94,10 +100,38 @@ def model_flops(spec) -> tuple[float, int]:
 
     from workers.runner.workloads import llm_data, llm_model
 
-    llm = spec.llm.model_copy(update={"compile": False, "lora": None})
+    # the bench's base model has the preset's shape, so the preset stands in for it
+    llm = spec.llm.model_copy(update={"compile": False, "lora": None, "base_model": None})
     with torch.device("meta"):
         model = llm_model.create(llm, llm_data.byte_tokenizer())
-    return llm_model.flops_per_token(model, llm.seq_len), llm_model.count_params(model)[0]
+    flops = llm_model.flops_per_token(model, llm.seq_len)
+    if spec.llm.lora is not None:
+        # frozen weights get no weight gradients: 4N instead of 6N (adapters are negligible)
+        flops -= 2.0 * llm_model.count_params(model)[1]
+    return flops, llm_model.count_params(model)[0]
+
+
+def save_base(spec, work: Path) -> Path:
+    """A freshly initialised model saved with save_pretrained, to fine-tune from."""
+    from workers.runner.workloads.llm import LLMWorkload
+
+    wl = LLMWorkload(spec.model_copy(update={"llm": spec.llm.model_copy(update={"compile": False})}), work)
+    out = work / "base-model"
+    wl.model().save_pretrained(out)
+    wl.tokenizer.save_pretrained(out)
+    return out
+
+
+def check_merged(run_dir: Path) -> dict:
+    """Load ``merged/`` without peft and run it once: the standalone model works."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "merged", local_files_only=True)
+    lora = [n for n, _ in model.named_parameters() if "lora" in n]
+    with torch.no_grad():
+        logits = model(input_ids=torch.arange(16).view(1, 16)).logits
+    return {"merged_loads_without_peft": not lora and bool(torch.isfinite(logits).all())}
 
 
 def via_runner(a, spec, run_dir: Path) -> dict:
@@ -121,7 +155,8 @@ def via_runner(a, spec, run_dir: Path) -> dict:
     if proc.returncode != 0 or not rates:
         raise SystemExit(f"runner exited {proc.returncode} with {len(rates)} throughput readings")
     steady = rates[1:] or rates
-    return {"tokens_per_s": statistics.median(steady), "tokens_per_s_windows": rates,
+    extra = check_merged(run_dir) if spec.llm.lora is not None else {}
+    return {**extra, "tokens_per_s": statistics.median(steady), "tokens_per_s_windows": rates,
             "eval_loss": final[-1]["eval_loss"] if final else None,
             "perplexity": final[-1]["perplexity"] if final else None,
             "loop_seconds": end[-1].get("seconds") if end else None, "wall_seconds": round(wall, 1)}
@@ -171,7 +206,10 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     need = a.batch * a.nproc * (a.steps + 8) * a.seq_len * 2
     data_path = make_data(work / "corpus.txt", need)
-    spec = parse_spec(spec_dict(a, data_path))
+    raw = spec_dict(a, data_path)
+    if a.base_model:
+        raw["llm"]["base_model"] = str(save_base(parse_spec({**raw, "llm": {**raw["llm"], "lora": None}}), work))
+    spec = parse_spec(raw)
     flops_tok, params = model_flops(spec)
     run_dir = work / f"run-{a.via}-{a.strategy}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -182,7 +220,7 @@ def main() -> int:
     result.update(
         via=a.via, strategy=a.strategy, nproc=world, arch=a.arch, size=a.size, params=params,
         seq_len=a.seq_len, batch_per_rank=a.batch, precision=a.precision, compile=a.compile,
-        grad_ckpt=a.grad_ckpt, device=a.device, flops_per_token=flops_tok,
+        grad_ckpt=a.grad_ckpt, lora=a.lora, base_model=a.base_model, device=a.device, flops_per_token=flops_tok,
         achieved_tflops_per_device=round(achieved / world, 1))
     if peak:
         result["mfu_vs_peak"] = round(achieved / world / peak, 4)

@@ -16,10 +16,14 @@ from typing import Any
 
 import torch
 
-from workers.runner.config import SpecError
-from workers.runner.workloads import llm_data as data
-from workers.runner.workloads import llm_model as lm
-from workers.runner.workloads.base import Workload
+# Nothing here may reach the Hugging Face Hub; set before transformers is first imported.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from workers.runner.config import SpecError  # noqa: E402
+from workers.runner.workloads import llm_data as data  # noqa: E402
+from workers.runner.workloads import llm_model as lm  # noqa: E402
+from workers.runner.workloads.base import Workload  # noqa: E402
 
 TOKENIZER_DIR = "tokenizer"
 
