@@ -12,7 +12,6 @@ import math
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import torch
 
