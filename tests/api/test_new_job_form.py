@@ -131,3 +131,10 @@ def test_broken_yaml_says_where_and_stays_on_the_yaml_tab(user_client, cpu_pool)
         response = user_client.post("/jobs/new", {"action": action, "spec_yaml": "name: [oops\n"})
         assert response.status_code == 422, action
         assert b"not valid YAML or JSON at line" in response.content and response.context["tab"] == "yaml"
+
+
+def test_a_mode_switch_renames_an_untouched_default_name_only(user_client, cpu_pool):
+    fresh = user_client.get("/jobs/new?fragment=mode-fields&mode=llm&name=digits-mlp").content.decode()
+    assert 'value="tiny-llm"' in fresh and 'hx-swap-oob="true"' in fresh
+    typed = user_client.get("/jobs/new?fragment=mode-fields&mode=llm&name=my-own-run").content.decode()
+    assert 'id="id_name"' not in typed

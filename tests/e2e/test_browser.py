@@ -90,6 +90,7 @@ def test_log_in_submit_watch_it_succeed_cancel_a_long_job_and_clone(browser_page
     page.select_option("select[name=mode]", "ddp")
     page.wait_for_selector("#mode-fields input[name=procs_per_node]")
     assert page.input_value("#mode-fields input[name=procs_per_node]") == "2"
+    assert page.input_value("input[name=name]") == "digits-ddp"  # the untouched default name follows the mode
     page.wait_for_selector("#run-locally-body:has-text('torchrun --standalone --nproc-per-node 2')", state="attached")
     assert page.text_content("#mode-fields").count("required") == 0
     page.select_option("select[name=mode]", "centralized")

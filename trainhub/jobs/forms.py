@@ -43,6 +43,9 @@ MODE_FIELDS = {
 }
 MODE_LABELS = {"centralized": "Centralized", "ddp": "DDP", "deepspeed": "DeepSpeed", "llm": "LLM",
                "script": "Script"}
+#: the name a new job of each mode starts with; replaced on a mode switch unless the user typed one
+DEFAULT_NAMES = {"centralized": "digits-mlp", "ddp": "digits-ddp", "deepspeed": "digits-zero", "llm": "tiny-llm",
+                 "script": "my-script"}
 #: fields that may be left empty (the spec's default applies)
 OPTIONAL = {"priority", "seed", "checkpoint_every", "max_restarts", "timeout_minutes", "nodes", "procs_per_node",
             "gpus_per_node", "seq_len", "tokenizer"}
@@ -118,7 +121,8 @@ class JobForm(forms.Form):
                 self.fields[name].required = False  # left empty: the spec model's default
         if "mode" in self.fields:  # picking a mode swaps in that mode's fields (htmx), defaults filled
             self.fields["mode"].widget.attrs.update({
-                "hx-get": "/jobs/new?fragment=mode-fields", "hx-target": "#mode-fields", "hx-swap": "outerHTML"})
+                "hx-get": "/jobs/new?fragment=mode-fields", "hx-target": "#mode-fields", "hx-swap": "outerHTML",
+                "hx-include": "[name=name]"})
 
     @property
     def common_fields(self):

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
-from trainhub.jobs.forms import JobForm, initial_from_spec, mode_initial, spec_from_fields
+from trainhub.jobs.forms import DEFAULT_NAMES, JobForm, initial_from_spec, mode_initial, spec_from_fields
 from trainhub.jobs.job_templates import template_save, templates_of
 from trainhub.jobs.services import job_clone_spec, job_submit, jobs_visible_to, spec_validate
 from trainhub.pools.models import WorkerPool
@@ -74,8 +74,11 @@ def job_new(request: HttpRequest) -> HttpResponse:
         return _post(request, pools)
     if request.GET.get("fragment") == "mode-fields":
         mode = request.GET.get("mode", "centralized")
-        form = JobForm(initial=mode_initial(mode if mode in MODES else "centralized"), pools=pools, mode=mode)
-        return render(request, "jobs/new.html#mode-fields", {"form": form})
+        mode = mode if mode in MODES else "centralized"
+        form = JobForm(initial=mode_initial(mode), pools=pools, mode=mode)
+        typed = request.GET.get("name", "")
+        new_name = DEFAULT_NAMES[mode] if typed in ("", *DEFAULT_NAMES.values()) else ""
+        return render(request, "jobs/new.html#mode-fields", {"form": form, "new_name": new_name})
     initial = {"pool": pools[0] if pools else "cpu"}
     clone, template = _int(request.GET.get("clone")), _int(request.GET.get("template"))
     if clone:
