@@ -82,7 +82,7 @@ def test_slots_change_without_restart_and_a_drained_pool_finishes_running_jobs_b
         start_worker, cpu_pool, user, sleeper):
     start_worker("cpu", slots=3, name="cpu1@test")  # can run 3 at once; the pool allows 1
     online("cpu1@test")
-    first, second = job_submit(owner=user, data=sleeper(2.5)), job_submit(owner=user, data=sleeper(2.5))
+    first, second = job_submit(owner=user, data=sleeper(6)), job_submit(owner=user, data=sleeper(2))
     wait_for(lambda: Job.objects.get(pk=first.pk).status == "running", message="the first job to start")
     time.sleep(1.5)
     assert Job.objects.get(pk=second.pk).status == "queued"  # one slot: the second waits
