@@ -25,6 +25,8 @@ def _pools():
 @staff_member_required
 def pool_list(request: HttpRequest) -> HttpResponse:
     pools = list(_pools().prefetch_related("workers"))
+    for pool in pools:
+        pool.online_count = sum(w.online for w in pool.workers.all())
     return render(request, "pools/list.html", {"pools": pools})
 
 
