@@ -132,3 +132,13 @@ def test_progress_and_eta_come_with_the_metrics(user_client, job):
     data = user_client.get(f"/jobs/{job.pk}/metrics.json").json()
     assert data["active"] and data["step"] == 25 and data["total_steps"] == 100
     assert 290 < data["eta_seconds"] < 310
+
+
+def test_compare_shows_the_chosen_metric_of_several_visible_jobs(user_client, job, user, cpu_pool, django_user_model):
+    other = Job.objects.create(owner=user, name="other", mode="centralized", pool=cpu_pool, spec={}, status="running")
+    stranger = django_user_model.objects.create_user("bob")
+    hidden = Job.objects.create(owner=stranger, name="secret-run", mode="centralized", pool=cpu_pool, spec={})
+    Metric.objects.bulk_create([Metric(job=j, step=s, name="loss", value=1.0) for j in (job, other) for s in range(3)])
+    page = user_client.get(f"/jobs/compare?ids={job.pk}&ids={other.pk},{hidden.pk}").content.decode()
+    assert f"#{job.pk} viewer" in page and f"#{other.pk} other" in page and "secret-run" not in page
+    assert f"/jobs/{other.pk}/metrics.json" in page and '<option selected>loss</option>' in page

@@ -215,3 +215,18 @@ def job_metrics_csv(request: HttpRequest, job_id: int) -> HttpResponse:
         body = StreamingHttpResponse(lines(), content_type="text/csv")
     body["Content-Disposition"] = f'attachment; filename="job-{job.pk}-metrics.csv"'
     return body
+
+
+@login_required
+@require_GET
+def job_compare(request: HttpRequest) -> HttpResponse:
+    """One chart per metric with a line for each job: ``/jobs/compare?ids=3,5,8&metric=loss``."""
+    raw = ",".join(request.GET.getlist("ids")).replace(" ", ",")  # the job page sends its own id and the others
+    ids = list(dict.fromkeys(i for i in (_int(p) for p in raw.split(",")) if i))[:12]
+    jobs = list(jobs_visible_to(request.user).filter(pk__in=ids).order_by("pk"))
+    names = sorted(set(Metric.objects.filter(job_id__in=[j.pk for j in jobs]).values_list("name", flat=True)))
+    metric = request.GET.get("metric") or ("loss" if "loss" in names else (names[0] if names else ""))
+    sources = [{"id": j.pk, "name": f"#{j.pk} {j.name}", "url": reverse("job_metrics_json", args=[j.pk])}
+               for j in jobs]
+    return render(request, "jobs/compare.html", {"jobs": jobs, "names": names, "metric": metric,
+                                                 "ids": ",".join(str(j.pk) for j in jobs), "sources": sources})

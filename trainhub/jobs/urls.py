@@ -21,3 +21,4 @@ urlpatterns += [
     path("jobs/<int:job_id>/metrics.json", log_views.job_metrics_json, name="job_metrics_json"),
     path("jobs/<int:job_id>/metrics.csv", log_views.job_metrics_csv, name="job_metrics_csv"),
 ]
+urlpatterns.insert(0, path("jobs/compare", log_views.job_compare, name="job_compare"))
