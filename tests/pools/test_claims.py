@@ -98,3 +98,31 @@ def test_a_lost_workers_job_gives_its_gpus_back_when_reconciled(gpu_pool, user):
     assert jobs_reconcile() == 1
     assert not GpuLease.objects.exists()
     assert Job.objects.get(pk=job.pk).status == "failed"
+
+
+def test_the_heartbeat_sweep_frees_gpus_of_finished_jobs_but_not_a_gathering_gangs(gpu_pool, user):
+    from trainhub.pools.registry import leases_sweep
+
+    worker = Worker.objects.create(hostname="g@test", pool=gpu_pool, gpu_count=2)
+    finished, gathering = gpu_job(user, 1), gpu_job(user, 1)
+    Job.objects.filter(pk=finished.pk).update(status="failed")
+    GpuLease.objects.create(worker=worker, index=0, job=finished, lease_token=1)
+    GpuLease.objects.create(worker=worker, index=1, job=gathering, lease_token=1)
+    assert leases_sweep() == 1
+    assert list(GpuLease.objects.values_list("job_id", flat=True)) == [gathering.pk]
+
+
+def test_a_multi_node_job_is_joined_not_started_until_its_gang_is_complete(gpu_pool, user):
+    from trainhub.pools.models import GangMember
+
+    for name in ("a@test", "b@test"):
+        Worker.objects.create(hostname=name, pool=gpu_pool, gpu_count=2, threads=8)
+    job = job_submit(owner=user, data={**TINY, "pool": "gpu", "mode": "ddp",
+                                       "resources": {"nodes": 2, "procs_per_node": 1, "gpus_per_node": 2}})
+    first = claim_next(job.pk, 1, hostname="a@test")
+    assert first.member.node_rank == 0 and first.gpus == [0, 1] and first.member.address
+    assert Job.objects.get(pk=job.pk).status == "queued"
+    assert claim_next(job.pk, 1, hostname="a@test").job is None  # one place per worker
+    second = claim_next(job.pk, 1, hostname="b@test")
+    assert second.member.node_rank == 1
+    assert GangMember.objects.filter(job=job).count() == 2 and GpuLease.objects.count() == 4

@@ -54,10 +54,11 @@ def worker_offline(hostname: str) -> None:
 
 
 def leases_sweep() -> int:
-    """Release GPU leases whose job is no longer running (a safety net behind every exit path)."""
-    from trainhub.jobs.models import Status
+    """Release GPU leases of finished jobs (a safety net behind every exit path). Queued jobs keep
+    theirs: those are a multi-node gang's reservations, let go by its members or its timeout."""
+    from trainhub.jobs.models import FINAL
 
-    return GpuLease.objects.exclude(job__status__in=[Status.RUNNING, Status.CANCELLING]).delete()[0]
+    return GpuLease.objects.filter(job__status__in=FINAL).delete()[0]
 
 
 def _beat(hostname: str) -> None:
