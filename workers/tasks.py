@@ -71,6 +71,10 @@ def _run_gang_member(member: GangMember, env_extra: dict[str, str], *, task_id: 
         job = started
         launch_kwargs = {"nnodes": nodes, "node_rank": member.node_rank, "rdzv_endpoint": gang.leader_address(member),
                          "rdzv_id": f"job{job.pk}-{job.attempt}"}
+        if member.node_rank == 0:
+            # c10d numbers nodes by sorted address: an IP (digits) sorts before the other nodes' host
+            # names, so node 0 — whose output the executor records — also runs global rank 0.
+            env_extra = {**env_extra, "PET_LOCAL_ADDR": launch_kwargs["rdzv_endpoint"].rsplit(":", 1)[0]}
         if member.node_rank:
             try:
                 failure = gang_node.run_node(job, launch_kwargs=launch_kwargs, env_extra=env_extra)

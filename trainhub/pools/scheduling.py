@@ -55,7 +55,7 @@ def slots_used(worker: Worker) -> int:
 
 def rendezvous_address() -> str:
     """host:port of a free port on this host, reachable by the gang's other nodes."""
-    host = os.environ.get("TRAINHUB_WORKER_ADDRESS") or socket.gethostbyname(socket.gethostname())
+    host = socket.gethostbyname(os.environ.get("TRAINHUB_WORKER_ADDRESS") or socket.gethostname())  # an IP
     with socket.socket() as s:
         s.bind(("", 0))
         return f"{host}:{s.getsockname()[1]}"
