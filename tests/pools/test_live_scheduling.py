@@ -12,7 +12,7 @@ from django.db import close_old_connections
 from tests.conftest import wait_for
 from trainhub.jobs.lifecycle import jobs_reconcile
 from trainhub.jobs.models import Job, JobEvent
-from trainhub.jobs.services import job_submit
+from trainhub.jobs.services import job_cancel, job_submit
 from trainhub.pools.models import GpuLease, Worker, WorkerPool, Workspace
 
 pytestmark = pytest.mark.slow
@@ -138,6 +138,13 @@ def test_concurrent_gpu_jobs_never_share_a_gpu(start_worker, user, sleeper):
         assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(intervals, intervals[1:]))
     assert peak >= 4  # both workers ran GPU jobs side by side
     assert {j.worker.hostname for j in done} == {"g1@test", "g2@test"}
+
+    # a cancelled job gives its GPUs back too
+    long = job_submit(owner=user, data=sleeper(60, pool="gpu", resources={"gpus_per_node": 3}))
+    wait_for(lambda: GpuLease.objects.filter(job=long).count() == 3, message="the long job to hold 3 GPUs")
+    job_cancel(Job.objects.get(pk=long.pk), actor=user)
+    wait_for(lambda: Job.objects.get(pk=long.pk).status == "cancelled", timeout=30, message="the cancel")
+    wait_for(lambda: not GpuLease.objects.exists(), timeout=10, message="the cancelled job's GPUs to be free")
 
 
 def test_a_worker_whose_heartbeats_stop_is_shown_offline_and_its_job_recovered(start_worker, cpu_pool, user,
