@@ -216,6 +216,15 @@ def test_an_impossible_shape_is_refused_by_field(tmp_path):
     assert "llm.size" in err.value.errors
 
 
+def test_deepspeed_precision_and_llm_precision_must_agree(tmp_path):
+    w = workload(tmp_path, strategy="deepspeed", llm={"precision": "bf16"})
+    with pytest.raises(SpecError) as err:
+        w.preflight()
+    assert "deepspeed.precision" in err.value.errors["llm.precision"]
+    workload(tmp_path, strategy="deepspeed", llm={"precision": "bf16"},
+             deepspeed={"precision": "bf16"}).preflight()
+
+
 def test_the_bundled_corpus_is_the_default_demo_data(tmp_path):
     w = workload(tmp_path)
     w.preflight()

@@ -68,6 +68,10 @@ class LLMWorkload(Workload):
                                                  "point data.path at such a file or turn completion_only off")
         if llm.size == "custom" and None in (llm.d_model, llm.n_layer, llm.n_head) and not llm.base_model:
             errors["llm.size"] = "custom needs d_model, n_layer and n_head; set them or pick a preset"
+        ds = self.spec.deepspeed
+        if self.spec.strategy_name == "deepspeed" and ds is not None and ds.precision != llm.precision:
+            errors["llm.precision"] = (f"a DeepSpeed engine runs in deepspeed.precision ({ds.precision}) and ignores "
+                                       f"llm.precision ({llm.precision}); set both to the same value")
         dims = lm.shape(llm)
         if dims and dims["d_model"] % dims["n_head"]:
             errors["llm.n_head"] = f"d_model {dims['d_model']} is not divisible by n_head {dims['n_head']}"
