@@ -1,5 +1,7 @@
 """Fan-out: VIEWERS concurrent SSE clients follow one job printing RATE lines/s.
 
+Latency counts the lines printed after a viewer's stream opened (earlier ones are backlog).
+
 Every client checks it got every line once, in order; reported: print -> arrival latency
 p50/p95 over all clients and lines, and the uvicorn process's resident memory before and
 while serving them (psutil). Clients are asyncio + httpx in this process.
@@ -22,6 +24,7 @@ from log_common import Stack, percentile
 async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
     lat, seqs, buf = [], [], b""
     async with client.stream("GET", url) as response:
+        connected = time.time()  # lines printed before this came from the backlog, not live
         async for chunk in response.aiter_raw():
             now = time.time()
             *events, buf = (buf + chunk).split(b"\n\n")
@@ -34,13 +37,15 @@ async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
                 line = json.loads(event[data + 7:])
                 seqs.append(line["seq"])
                 if line["stream"] == "o":
-                    lat.append(now - float(line["text"].split(" ")[1]))
+                    printed = float(line["text"].split(" ")[1])
+                    if printed >= connected:
+                        lat.append(now - printed)
             else:
                 continue
             break
     out.setdefault("lat", []).extend(lat)
     out.setdefault("ok", []).append(seqs == list(range(len(seqs))))
-    out.setdefault("counts", []).append(len(lat))
+    out.setdefault("counts", []).append(sum(1 for _ in seqs))
 
 
 async def run(stack: Stack, viewers: int, rate: float, seconds: float) -> None:
@@ -70,7 +75,7 @@ async def run(stack: Stack, viewers: int, rate: float, seconds: float) -> None:
     cpu = sum(web.cpu_times()[:2]) - cpu0
     me = sum(psutil.Process().cpu_times()[:2]) - me0
     print(f"{viewers} viewers x {count} lines at {rate:g} lines/s: all complete and in order: "
-          f"{all(out['ok']) and set(out['counts']) == {count}}; latency p50 {percentile(lat, 50) * 1000:.0f} ms, "
+          f"{all(out['ok']) and min(out['counts']) >= count}; {len(lat)} live samples; latency p50 {percentile(lat, 50) * 1000:.0f} ms, "
           f"p95 {percentile(lat, 95) * 1000:.0f} ms; uvicorn RSS {rss0 / 2**20:.0f} MiB idle, "
           f"{peak[0] / 2**20:.0f} MiB peak; CPU seconds: uvicorn {cpu:.1f}, these clients {me:.1f}")
 
