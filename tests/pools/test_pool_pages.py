@@ -1,6 +1,7 @@
 """Staff pool pages: workers, GPU holders, queue, running jobs, and actions recorded in the history."""
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.contrib.messages import get_messages
 
 from trainhub.jobs.models import Job
 from trainhub.jobs.services import job_submit
@@ -62,6 +63,19 @@ def test_an_admin_edit_is_recorded_with_who_and_what(staff_client, cpu_pool):
     assert WorkerPool.objects.get(pk=cpu_pool.pk).slots_per_worker == 3
     entry = LogEntry.objects.get()
     assert entry.user.username == "root" and "Slots per worker" in entry.get_change_message()
+
+
+
+def test_raising_slots_beyond_a_workers_threads_warns_how_to_fix_it(staff_client, cpu_pool):
+    Worker.objects.create(hostname="small@test", pool=cpu_pool, threads=2)
+    url = f"/admin/pools/workerpool/{cpu_pool.pk}/change/"
+    form = {"name": "cpu", "kind": "cpu", "queue": "cpu", "state": "enabled", "description": "",
+            "slots_per_worker": 3, "gpus_per_worker": 0, "modes": "", "max_jobs_per_user": 0,
+            "default_priority": 0, "max_priority": 100, "default_timeout_minutes": 0, "log_retention_lines": 0,
+            "workers-TOTAL_FORMS": 0, "workers-INITIAL_FORMS": 0}
+    response = staff_client.post(url, form)
+    shown = " ".join(str(m) for m in get_messages(response.wsgi_request))
+    assert "small@test can run fewer than 3 jobs" in shown and "--slots 3" in shown
 
 
 def test_a_queued_jobs_page_shows_its_place_in_the_pools_queue(user_client, user, cpu_pool):

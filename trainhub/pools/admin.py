@@ -37,6 +37,14 @@ class WorkerPoolAdmin(admin.ModelAdmin):
                                     "default_timeout_minutes", "log_retention_lines")}),
     ]
 
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        short = [w.hostname for w in obj.workers.all() if w.online and w.threads < obj.slots_per_worker]
+        if short:
+            self.message_user(request, f"{', '.join(short)} can run fewer than {obj.slots_per_worker} jobs at once "
+                                       "(started with a smaller --slots); restart them with --slots "
+                                       f"{obj.slots_per_worker} or more to use every slot", messages.WARNING)
+
     @admin.display(description="pool page")
     def page(self, obj: WorkerPool) -> str:
         return format_html('<a href="{}">open</a>', reverse("pool_detail", args=[obj.name]))
