@@ -104,3 +104,32 @@ def test_an_llm_job_runs_under_two_rank_ddp(tmp_path):
     assert any("eval_loss" in e.get("values", {}) for e in events)
     assert (run_dir / "model" / "config.json").is_file() and (run_dir / "sample.txt").is_file()
     assert "[rank1]:" in proc.stdout + proc.stderr
+
+
+def test_a_bpe_job_resumes_with_the_tokenizer_it_trained(tmp_path):
+    run_dir = tmp_path / "run"
+    first = launch_job(write_job(tmp_path, train={"max_steps": 4},
+                                 llm={"tokenizer": "bpe", "vocab_size": 300}), run_dir)
+    assert first.returncode == 0, first.stderr[-3000:]
+    vocab = (run_dir / "tokenizer" / "tokenizer.json").read_text()
+    again = launch_job(write_job(tmp_path, train={"max_steps": 8},
+                                 llm={"tokenizer": "bpe", "vocab_size": 300}), run_dir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    events, _ = read_events(run_dir)
+    assert any(e["type"] == "resume" and e["step"] == 4 for e in events)
+    assert events[-1]["status"] == "succeeded" and events[-1]["step"] == 8
+    assert (run_dir / "tokenizer" / "tokenizer.json").read_text() == vocab
+
+
+@pytest.mark.timeout(300)
+def test_an_llm_job_runs_under_deepspeed(tmp_path):
+    pytest.importorskip("deepspeed")
+    config = write_job(tmp_path, strategy="deepspeed", deepspeed={"zero_stage": 2},
+                       train={"max_steps": 4})
+    run_dir = tmp_path / "run"
+    proc = launch_job(config, run_dir, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    events, _ = read_events(run_dir)
+    assert next(e for e in events if e["type"] == "start")["strategy"] == "deepspeed"
+    assert any("perplexity" in e.get("values", {}) for e in events)
+    assert (run_dir / "model" / "config.json").is_file()
