@@ -30,10 +30,11 @@ def follow(web, job_id: int, cookies: dict, timeout: float = 240) -> tuple[list[
     return lines, end
 
 
-def test_a_two_rank_ddp_job_tags_every_line_with_its_rank_and_streams_them_all(
-        start_worker, cpu_pool, user_client, web):
+@pytest.mark.parametrize("mode, extra", [("ddp", {}), ("deepspeed", {"deepspeed": {"zero_stage": 2}})])
+def test_a_two_rank_job_tags_every_line_with_its_rank_and_streams_them_all(
+        start_worker, cpu_pool, user_client, web, mode, extra):
     worker = start_worker("cpu")
-    spec = {"name": "ddp-live", "mode": "ddp", "resources": {"procs_per_node": 2}, "train": {"epochs": 1}}
+    spec = {"name": f"{mode}-live", "mode": mode, "resources": {"procs_per_node": 2}, "train": {"epochs": 1}, **extra}
     response = user_client.post("/api/jobs", spec, content_type="application/json")
     assert response.status_code == 201, response.content
     job_id = response.json()["id"]
