@@ -112,7 +112,7 @@ TRAINHUB_RUNS_DIR = Path(envstr("TRAINHUB_RUNS_DIR", str(VAR_DIR / "runs")))
 # Seconds a running job's lease lasts without a renewal from its worker.
 TRAINHUB_LEASE_SECONDS = envint("TRAINHUB_LEASE_SECONDS", 30, minimum=5)
 # Seconds between SIGTERM and SIGKILL when a job is cancelled or times out.
-TRAINHUB_KILL_GRACE_SECONDS = envint("TRAINHUB_KILL_GRACE_SECONDS", 10, minimum=0)
+TRAINHUB_KILL_GRACE_SECONDS = envint("TRAINHUB_KILL_GRACE_SECONDS", 15, minimum=0)
 
 LOGGING = {
     "version": 1,

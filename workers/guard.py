@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-GRACE_SECONDS = float(os.environ.get("TRAINHUB_GUARD_GRACE_SECONDS", "5"))
+GRACE_SECONDS = float(os.environ.get("TRAINHUB_GUARD_GRACE_SECONDS", "15"))  # the runner checkpoints within 15 s
 
 
 def main(argv: list[str]) -> int:

@@ -73,3 +73,19 @@ def test_gpus_on_a_cpu_pool_are_refused(cpu_pool):
     with pytest.raises(SpecError) as info:
         spec_validate({"mode": "ddp", "resources": {"procs_per_node": 1, "gpus_per_node": 1}})
     assert "has no GPUs" in info.value.errors["resources.gpus_per_node"]
+
+
+def test_a_missing_data_path_is_refused_at_submit_time(cpu_pool, user):
+    with pytest.raises(SpecError) as info:
+        job_submit(owner=user, data={"mode": "llm", "data": {"path": "/nonexistent/corpus.txt"},
+                                     "llm": {"size": "tiny"}})
+    assert "does not exist" in info.value.errors["data.path"]
+
+
+def test_a_script_entry_missing_from_its_workspace_is_refused_at_submit_time(cpu_pool, user, tmp_path):
+    from trainhub.pools.models import Workspace
+
+    Workspace.objects.create(name="vision", path=str(tmp_path))
+    with pytest.raises(SpecError) as info:
+        job_submit(owner=user, data={"mode": "script", "script": {"workspace": "vision", "entry": "train.py"}})
+    assert "not found in the workspace" in info.value.errors["script.entry"]

@@ -10,6 +10,7 @@ from django.utils import timezone
 from trainhub.jobs.models import Job, JobEvent, Status
 from trainhub.pools.models import WorkerPool, Workspace
 from workers.runner.config import JobSpec, SpecError, parse_spec
+from workers.runner.preflight import preflight
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,9 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
     if spec.script and not Workspace.objects.filter(name=spec.script.workspace).exists():
         raise SpecError({"script.workspace": f"no workspace named {spec.script.workspace!r}; "
                                              "ask an administrator to register it"})
+    # Missing paths, packages and entries are refused now, not ten minutes into the run.
+    workspace = Workspace.objects.filter(name=spec.script.workspace).first() if spec.script else None
+    preflight(spec, None, workspace_dir=workspace.path if workspace else None)
     return spec, pool
 
 
