@@ -18,7 +18,7 @@ from subprocess import PIPE, Popen
 
 from django.conf import settings
 
-from trainhub.jobs import logs
+from trainhub.jobs import logs, retention
 from trainhub.jobs.lifecycle import Outcome, job_renew
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
@@ -175,6 +175,8 @@ class Execution:
         self.spec = parse_spec(job.spec)
         self.run_dir = run_dir_for(job)
         self.seq = logs.next_seq(job.pk)
+        self.retention = retention.limit_for(job.pool.name)  # lines kept per job (0: all)
+        self.next_cut = self.seq + max(1_000, self.retention // 10)
         self.lines: queue.Queue = queue.Queue()
         self.events_offset = 0
         self.proc: Popen | None = None
@@ -196,6 +198,9 @@ class Execution:
             self.seq += len(items)
         for start in range(0, len(batch), FLUSH_MAX):  # bounded statements, even after a burst
             logs.append_lines(self.job.pk, batch[start:start + FLUSH_MAX])
+        if self.retention and self.seq >= self.next_cut:
+            retention.enforce(self.job.pk, self.seq, self.retention, self.job.pool.name)
+            self.next_cut = self.seq + max(1_000, self.retention // 10)
 
     def pump_events(self) -> None:
         events, self.events_offset = read_events(self.run_dir, self.events_offset)

@@ -76,3 +76,26 @@ def test_a_job_that_is_already_running_is_followed_from_the_middle_without_gaps(
     job = Job.objects.get(pk=job_id)
     assert end["status"] == job.status == "succeeded"
     assert first + rest == list(range(job.log_lines))
+
+
+def test_a_pool_with_a_retention_cap_keeps_the_head_and_the_newest_lines_of_a_chatty_job(
+        start_worker, cpu_pool, user_client, web):
+    from pathlib import Path
+
+    from trainhub.jobs import retention
+    from trainhub.pools.models import Workspace
+
+    Workspace.objects.create(name="logbench", path=str(Path(__file__).resolve().parents[2] / "bench"))
+    start_worker("cpu", extra_env={"TRAINHUB_LOG_RETENTION": "cpu=10000"})
+    spec = {"name": "chatty", "mode": "script", "script": {"workspace": "logbench", "entry": "log_printer.py",
+                                                           "args": ["40000", "0"]}}
+    response = user_client.post("/api/jobs", spec, content_type="application/json")
+    assert response.status_code == 201, response.content
+    lines, end = follow(web, response.json()["id"], session_cookie(user_client))
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.status == "succeeded" and end["last_seq"] == job.log_lines - 1
+    start, stop = retention.cut_range(job.pk)
+    assert start == 1000 and LogLine.objects.filter(job=job).count() <= 10_000 + 5_000
+    seqs = [l["seq"] for l in lines]
+    assert seqs == sorted(set(seqs)) and seqs[-1] == job.log_lines - 1  # in order, once each, to the end
+    assert lines[-1]["text"].startswith("finished")

@@ -175,3 +175,15 @@ def test_many_viewers_of_one_job_each_get_every_line_once(web, job, cookies):
         v.join(30)
     for i, seqs in enumerate(results):
         assert seqs == list(range(0 if i % 2 else 11, 1050)), i
+
+
+def test_a_client_whose_position_was_cut_by_retention_carries_on_after_the_marker(web, job, cookies):
+    from trainhub.jobs import retention
+
+    emit(job, 0, 20_000)
+    retention.enforce(job.pk, 20_000, 10_000, "cpu")
+    inside, _ = read(web, job, cookies, stop_after=5, params={"after": 5000})  # a line that no longer exists
+    assert inside == list(range(11_000, 11_005))
+    finish(job)
+    everything, end = read(web, job, cookies)
+    assert everything == list(range(0, 1001)) + list(range(11_000, 20_000)) and end["last_seq"] == 19_999

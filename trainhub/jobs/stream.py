@@ -23,7 +23,7 @@ from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 
-from trainhub.jobs import ansi, logs
+from trainhub.jobs import ansi, logs, retention
 from trainhub.jobs.models import FINAL, Job
 from trainhub.jobs.services import jobs_visible_to
 
@@ -202,7 +202,9 @@ class Follower:
         out = []
         for line in lines:
             if strict and line.seq != self.cursor + 1:
-                return [f for f in out if f], False
+                cut = await sync_to_async(retention.cut_range, thread_sensitive=False)(self.job_id)
+                if not (cut and cut[0] <= self.cursor + 1 and line.seq - 1 <= cut[1]):
+                    return [f for f in out if f], False  # not a retention cut: wait for the write
             out.append(self.frame(line))
         return [f for f in out if f], len(lines) == DB_BATCH
 

@@ -1,0 +1,65 @@
+"""Log retention: keep everything by default; a pool may cap the lines kept per job.
+
+``TRAINHUB_LOG_RETENTION="gpu=5000000,cpu=1000000,*=0"`` — lines kept per job of each pool
+(``*`` for any other pool, 0 = keep everything, the default). A job over its cap keeps its
+first lines and its newest ones; the cut middle is replaced by one system line, the marker,
+at the first cut seq: "✂ lines A–B were cut ...". Seqs never change, so permalinks to kept
+lines stay valid, and readers that meet the hole (the SSE stream) use the marker to know it
+is a cut and not a write still in flight.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from django.core.exceptions import ImproperlyConfigured
+
+from trainhub.jobs.models import LogLine
+
+MINIMUM = 10_000  # below this a cut could reach lines a live viewer is still being sent
+HEAD = 1_000  # first lines always kept (how the run started)
+CHUNK = 50_000  # rows per DELETE, so a big cut never holds the database for long
+MARKER = re.compile(r"^✂ lines (\d+)–(\d+) were cut")
+
+
+def limit_for(pool: str) -> int:
+    """Lines kept per job of ``pool`` (0 = everything), from ``TRAINHUB_LOG_RETENTION``."""
+    raw = os.environ.get("TRAINHUB_LOG_RETENTION", "").strip()
+    limits = {}
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        name, _, value = part.partition("=")
+        try:
+            limits[name.strip()] = int(value)
+        except ValueError:
+            raise ImproperlyConfigured(f"TRAINHUB_LOG_RETENTION: {part!r} is not POOL=LINES, e.g. gpu=5000000") from None
+    limit = limits.get(pool, limits.get("*", 0))
+    if 0 < limit < MINIMUM:
+        raise ImproperlyConfigured(f"TRAINHUB_LOG_RETENTION: {pool}={limit} is below {MINIMUM} lines; raise it")
+    return limit
+
+
+def cut_range(job_id: int) -> tuple[int, int] | None:
+    """The seqs replaced by the marker (first, last), or None when nothing was cut."""
+    text = (LogLine.objects.filter(job_id=job_id, stream="s", text__startswith="✂ lines ")
+            .order_by("seq").values_list("text", flat=True).first())
+    match = MARKER.match(text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def enforce(job_id: int, next_seq: int, limit: int, pool: str = "") -> int:
+    """Cut the middle of a job's log down to ``limit`` lines; returns the rows deleted."""
+    if not limit or next_seq <= limit + 1:
+        return 0
+    head = min(HEAD, limit // 10)
+    end = next_seq - 1 - (limit - head)  # the last seq to cut; the newest lines stay
+    previous = cut_range(job_id)
+    start = previous[1] + 1 if previous else head + 1
+    if end < start:
+        return 0
+    deleted = 0
+    for lo in range(start, end + 1, CHUNK):
+        deleted += LogLine.objects.filter(job_id=job_id, seq__gte=lo, seq__lte=min(end, lo + CHUNK - 1)).delete()[0]
+    text = (f"✂ lines {head}–{end} were cut by the log retention policy "
+            f"(pool {pool or '?'} keeps {limit:,} lines per job: the first {head:,} and the newest)")
+    LogLine.objects.update_or_create(job_id=job_id, seq=head, defaults={"stream": "s", "rank": 0, "text": text})
+    return deleted
