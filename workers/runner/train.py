@@ -195,7 +195,11 @@ class Runner:
         if t.optimizer == "sgd":
             return torch.optim.SGD(params, lr=t.lr, momentum=0.9, weight_decay=t.weight_decay)
         cls = torch.optim.Adam if t.optimizer == "adam" else torch.optim.AdamW
-        return cls(params, lr=t.lr, weight_decay=t.weight_decay)
+        params = list(params)
+        # The fused kernel is ~2% faster end to end on a GPU (measured, docs/BENCHMARKS.md); CUDA tensors only.
+        tensors = [p for group in params for p in (group["params"] if isinstance(group, dict) else [group])]
+        fused = bool(tensors) and all(p.is_cuda for p in tensors)
+        return cls(params, lr=t.lr, weight_decay=t.weight_decay, fused=fused or None)
 
     def _scheduler(self, optimizer) -> torch.optim.lr_scheduler.LambdaLR:
         return torch.optim.lr_scheduler.LambdaLR(optimizer, LRSchedule(self.spec.train, self.total_steps))
