@@ -256,8 +256,9 @@ class Follower:
 
 async def _wait(event: asyncio.Event, timeout: float) -> None:
     try:
-        await asyncio.wait_for(event.wait(), timeout)
-    except asyncio.TimeoutError:
+        async with asyncio.timeout(timeout):  # no extra task per wait, unlike wait_for
+            await event.wait()
+    except TimeoutError:
         pass
 
 
