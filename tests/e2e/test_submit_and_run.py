@@ -35,6 +35,9 @@ def test_a_job_submitted_in_the_browser_form_runs_on_a_worker_and_succeeds(start
 
     page = user_client.get(f"/jobs/{job_id}")
     assert b"succeeded" in page.content and b"epoch 2/2" in page.content
+    assert b"model.pt" in page.content and b"checkpoints/step-" in page.content  # files listed for download
+    download = user_client.get(f"/api/jobs/{job_id}/files/model.pt")
+    assert download.status_code == 200 and len(b"".join(download.streaming_content)) > 1000
 
 
 def test_cancelling_a_running_job_stops_its_processes(start_worker, cpu_pool, user_client):

@@ -5,6 +5,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from trainhub.api import rundir
 from trainhub.jobs import logs
 from trainhub.jobs.models import Job
 from trainhub.jobs.services import job_cancel, jobs_visible_to
@@ -27,6 +28,10 @@ from trainhub.jobs.list_views import job_list  # noqa: E402,F401
 from trainhub.jobs.new_views import job_new  # noqa: E402,F401
 
 
+def _files(job: Job) -> dict:
+    return {"checkpoints": rundir.checkpoints(job.pk), "artifacts": rundir.artifacts(job.pk)}
+
+
 @login_required
 @require_GET
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
@@ -34,10 +39,12 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     fragment = request.GET.get("fragment")
     if fragment in ("status", "history"):
         return render(request, f"jobs/detail.html#{fragment}", {"job": job, "events": job.events.select_related("actor")})
+    if fragment == "files":
+        return render(request, "jobs/detail.html#files", {"job": job, **_files(job)})
     if fragment is not None:
         raise Http404("unknown fragment")
     lines = logs.tail_lines(job.pk)
-    context = {"job": job, "events": job.events.select_related("actor"), "spec_yaml": dump_yaml(job.spec),
+    context = {"job": job, "events": job.events.select_related("actor"), "spec_yaml": dump_yaml(job.spec), **_files(job),
                "lines": lines, "last_seq": lines[-1].seq if lines else -1}
     return render(request, "jobs/detail.html", context)
 
