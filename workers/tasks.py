@@ -12,6 +12,7 @@ django.setup()
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down  # noqa: E402
 
 from trainhub.jobs.lifecycle import Outcome, job_finish, job_release_gpus  # noqa: E402
+from trainhub.jobs import retention  # noqa: E402
 from trainhub.jobs.models import Job, LogLine, Status  # noqa: E402
 from trainhub.jobs.services import job_enqueue  # noqa: E402
 from trainhub.pools import gang, registry, scheduling  # noqa: E402
@@ -108,13 +109,14 @@ def _send_again(job_id: int, wait: float = 0.0) -> None:
 
 
 def _trim_logs(job: Job) -> None:
-    """Keep only the pool's ``log_retention_lines`` last lines of a finished job."""
+    """Cut a finished job's log to its pool's ``log_retention_lines`` (the first and the newest
+    lines, one marker line where the middle was — the log pipeline's own cut, see retention.py)."""
     keep = job.pool.log_retention_lines
     if not keep or Job.objects.filter(pk=job.pk, status__in=[Status.QUEUED, Status.RUNNING]).exists():
         return
     last = LogLine.objects.filter(job_id=job.pk).order_by("-seq").values_list("seq", flat=True).first()
-    if last is not None and last >= keep:
-        LogLine.objects.filter(job_id=job.pk, seq__lte=last - keep).delete()
+    if last is not None:
+        retention.enforce(job.pk, last + 1, keep, job.pool.name)
 
 
 @worker_ready.connect

@@ -1,8 +1,10 @@
 """What a worker registers about its host, and how finished jobs' logs are trimmed."""
 import pytest
+from django.core.exceptions import ValidationError
 
 from trainhub.jobs.models import Job, LogLine
 from trainhub.pools import gpus
+from trainhub.pools.models import WorkerPool
 from trainhub.pools.registry import host_info
 
 
@@ -31,13 +33,20 @@ def test_host_info_names_cpus_memory_and_versions_without_importing_torch(monkey
     assert "torch" not in sys.modules
 
 
-def test_a_finished_job_keeps_only_the_pools_retained_lines(cpu_pool, user):
+def test_a_finished_job_keeps_its_first_and_newest_lines_with_a_marker(cpu_pool, user):
     from workers.tasks import _trim_logs
 
-    cpu_pool.log_retention_lines = 3
-    cpu_pool.save()
+    WorkerPool.objects.filter(pk=cpu_pool.pk).update(log_retention_lines=30)
+    cpu_pool.refresh_from_db()
     job = Job.objects.create(owner=user, name="j", mode="centralized", spec={}, pool=cpu_pool, status="succeeded")
-    LogLine.objects.bulk_create([LogLine(job=job, seq=i, text=f"line {i}") for i in range(10)])
+    LogLine.objects.bulk_create([LogLine(job=job, seq=i, text=f"line {i}") for i in range(100)])
     _trim_logs(job)
-    assert list(LogLine.objects.filter(job=job).order_by("seq").values_list("text", flat=True)) == [
-        "line 7", "line 8", "line 9"]
+    texts = list(LogLine.objects.filter(job=job).order_by("seq").values_list("text", flat=True))
+    assert texts[:3] == ["line 0", "line 1", "line 2"] and texts[-1] == "line 99"
+    assert len(texts) <= 31 and any(t.startswith("✂ lines") for t in texts)
+
+
+def test_a_retention_below_the_safe_minimum_is_refused_in_the_admin(cpu_pool):
+    cpu_pool.log_retention_lines = 500
+    with pytest.raises(ValidationError, match="at least"):
+        cpu_pool.full_clean()

@@ -46,7 +46,8 @@ class WorkerPool(models.Model):
     default_timeout_minutes = models.PositiveIntegerField(
         default=0, help_text="for jobs whose spec sets no timeout; 0 = the spec's default (120)")
     log_retention_lines = models.PositiveIntegerField(
-        default=0, help_text="log lines kept per finished job (the last ones); 0 = keep all")
+        default=0, help_text="log lines kept per finished job (the first and the newest; a marker "
+                             "where the middle was cut); 0 = keep all (TRAINHUB_LOG_RETENTION also cuts during the run)")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -69,6 +70,10 @@ class WorkerPool(models.Model):
             raise ValidationError({"modes": f"unknown mode(s) {', '.join(bad)}; use some of {', '.join(MODES)}"})
         if self.default_priority > self.max_priority:
             raise ValidationError({"default_priority": "must not exceed the maximum priority"})
+        from trainhub.jobs.retention import MINIMUM
+
+        if 0 < self.log_retention_lines < MINIMUM:
+            raise ValidationError({"log_retention_lines": f"keep at least {MINIMUM:,} lines (or 0 for all)"})
 
     @property
     def mode_list(self) -> list[str]:
