@@ -187,3 +187,12 @@ def test_a_client_whose_position_was_cut_by_retention_carries_on_after_the_marke
     finish(job)
     everything, end = read(web, job, cookies)
     assert everything == list(range(0, 1001)) + list(range(11_000, 20_000)) and end["last_seq"] == 19_999
+
+
+def test_rank_and_stream_filters_apply_to_the_live_stream(web, job, cookies):
+    logs.append_lines(job.pk, [logs.Line(s, s % 2, "e" if s % 3 == 0 else "o", f"l{s}") for s in range(60)])
+    finish(job)
+    ranks, _ = read(web, job, cookies, params={"rank": 1})
+    assert ranks == list(range(1, 60, 2))
+    errors, end = read(web, job, cookies, params={"stream": "e", "rank": 0})
+    assert errors == [s for s in range(60) if s % 6 == 0] and end["last_seq"] == 59
