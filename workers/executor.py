@@ -175,7 +175,10 @@ class Execution:
         self.spec = parse_spec(job.spec)
         self.run_dir = run_dir_for(job)
         self.seq = logs.next_seq(job.pk)
-        self.retention = retention.limit_for(job.pool.name)  # lines kept per job (0: all)
+        # lines kept per job (0: all): the pool's setting, else TRAINHUB_LOG_RETENTION; cut while it runs
+        self.retention = getattr(job.pool, "log_retention_lines", 0) or retention.limit_for(job.pool.name)
+        if 0 < self.retention < retention.MINIMUM:
+            self.retention = retention.MINIMUM
         self.next_cut = self.seq + max(1_000, self.retention // 10)
         self.lines: queue.Queue = queue.Queue()
         self.events_offset = 0

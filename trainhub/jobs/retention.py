@@ -1,7 +1,9 @@
 """Log retention: keep everything by default; a pool may cap the lines kept per job.
 
+The cap is the pool's ``log_retention_lines`` (admin), else the environment's
 ``TRAINHUB_LOG_RETENTION="gpu=5000000,cpu=1000000,*=0"`` — lines kept per job of each pool
-(``*`` for any other pool, 0 = keep everything, the default). A job over its cap keeps its
+(``*`` for any other pool, 0 = keep everything, the default). The executor cuts while the
+job runs; the worker cuts once more when it ends. A job over its cap keeps its
 first lines and its newest ones; the cut middle is replaced by one system line, the marker,
 at the first cut seq: "✂ lines A–B were cut ...". Seqs never change, so permalinks to kept
 lines stay valid, and readers that meet the hole (the SSE stream) use the marker to know it
