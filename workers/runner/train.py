@@ -154,6 +154,7 @@ class Runner:
                   f"{self.workload.unit}_per_s": rate}
         if grad_norm is not None:
             values["grad_norm"] = grad_norm
+        values.update(gpu_values(self.device))
         window.reset()
         return values
 
@@ -275,3 +276,15 @@ def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype = torch
         return type(batch)(to_device(v, device, float_dtype) for v in batch)
     return batch
 
+
+def gpu_values(device: torch.device) -> dict[str, float]:
+    """This rank's GPU memory (GiB, peak since the last report) and utilisation (%), on CUDA only."""
+    if device.type != "cuda":
+        return {}
+    values = {"gpu_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30}
+    torch.cuda.reset_peak_memory_stats(device)
+    try:
+        values["gpu_util_pct"] = float(torch.cuda.utilization(device))  # needs NVML (nvidia-ml-py)
+    except Exception:  # no NVML on this host: memory alone
+        pass
+    return values
