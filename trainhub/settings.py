@@ -89,6 +89,25 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Unset means the embedded Redis that `make run` starts on this port.
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6380/0")
 
+# Counters of failed log-ins (trainhub/core/login.py). The database is the one store that every
+# web process already shares and that survives a Redis restart; the table is made by `migrate`
+# (trainhub/core/migrations) and by the test database setup. See docs/SECURITY.md.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "trainhub_cache"}}
+TRAINHUB_LOGIN_MAX_FAILURES = envint("TRAINHUB_LOGIN_MAX_FAILURES", 10, minimum=1)
+TRAINHUB_LOGIN_WINDOW_SECONDS = envint("TRAINHUB_LOGIN_WINDOW_SECONDS", 300, minimum=1)
+
+# Production behind a TLS-terminating proxy (README, "Production"): `check --deploy` is clean.
+TRAINHUB_SECURE = envbool("TRAINHUB_SECURE", False)
+if TRAINHUB_SECURE:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = True
+    SECURE_HSTS_SECONDS = envint("TRAINHUB_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("TRAINHUB_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = envbool("TRAINHUB_HSTS_PRELOAD", True)
+    # The proxy must set (and overwrite) X-Forwarded-Proto, else every request looks like http.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]

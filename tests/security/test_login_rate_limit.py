@@ -1,0 +1,66 @@
+"""Log-in is rate-limited per username and address: the 11th try within the window is a 429."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+
+def attempt(client, password, username="alice", address="10.0.0.1"):
+    return client.post("/login", {"username": username, "password": password}, REMOTE_ADDR=address)
+
+
+def test_ten_failed_log_ins_lock_the_username_for_that_address(client, user):
+    for _ in range(10):
+        assert attempt(client, "wrong").status_code == 200
+    response = attempt(client, "wrong")
+    assert response.status_code == 429
+    assert "Too many failed log-ins" in response.content.decode()
+    assert 0 < int(response["Retry-After"]) <= 300
+
+
+def test_a_locked_username_is_refused_even_with_the_right_password(client, user):
+    for _ in range(10):
+        attempt(client, "wrong")
+    assert attempt(client, "correct-horse-battery").status_code == 429
+    assert "_auth_user_id" not in client.session
+
+
+def test_the_lock_is_per_username_and_address(client, user, django_user_model):
+    django_user_model.objects.create_user("bob", password="bob-password-1")
+    for _ in range(10):
+        attempt(client, "wrong")
+    assert attempt(client, "wrong", address="10.0.0.2").status_code == 200
+    assert attempt(client, "bob-password-1", username="bob").status_code == 302
+
+
+def test_the_lock_ends_when_the_window_has_passed(client, user, monkeypatch):
+    import time
+
+    for _ in range(10):
+        attempt(client, "wrong")
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now + 301)
+    assert attempt(client, "correct-horse-battery").status_code == 302
+
+
+def test_a_successful_log_in_clears_the_count(client, user):
+    for _ in range(9):
+        attempt(client, "wrong")
+    assert attempt(client, "correct-horse-battery").status_code == 302
+    client.logout()
+    for _ in range(9):
+        assert attempt(client, "wrong").status_code == 200
+
+
+def test_the_admin_log_in_form_shares_the_limit(client, user):
+    for _ in range(10):
+        attempt(client, "wrong")
+    response = client.post("/admin/login/", {"username": "alice", "password": "wrong"}, REMOTE_ADDR="10.0.0.1")
+    assert response.status_code == 429
+
+
+def test_the_cache_table_exists_in_a_migrated_database():
+    from django.db import connection
+
+    assert "trainhub_cache" in connection.introspection.table_names()

@@ -1,0 +1,60 @@
+"""The log-in page, rate-limited: after TRAINHUB_LOGIN_MAX_FAILURES failed attempts for one
+username from one address within TRAINHUB_LOGIN_WINDOW_SECONDS, every attempt (right password
+or not) is answered 429 until the window has passed. Counters live in the default cache."""
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+
+from django.conf import settings
+from django.contrib.auth import views as auth_views
+from django.core.cache import cache
+
+
+def _key(request) -> str:
+    username = request.POST.get("username", "")[:150].strip().lower()
+    address = request.META.get("REMOTE_ADDR", "")
+    return "login-failures:" + hashlib.sha256(f"{username}\0{address}".encode()).hexdigest()
+
+
+def _seconds_left(key: str) -> int:
+    """Seconds until this key may try again; 0 when it is not locked."""
+    count, start = cache.get(key, (0, 0.0))
+    left = settings.TRAINHUB_LOGIN_WINDOW_SECONDS - (time.time() - start)
+    return math.ceil(left) if count >= settings.TRAINHUB_LOGIN_MAX_FAILURES and left > 0 else 0
+
+
+def _record_failure(key: str) -> None:
+    # A fixed window from the first failure; a lost update between two processes at worst
+    # lets one extra attempt through.
+    window = settings.TRAINHUB_LOGIN_WINDOW_SECONDS
+    now = time.time()
+    count, start = cache.get(key, (0, now))
+    if now - start >= window:
+        count, start = 0, now
+    cache.set(key, (count + 1, start), timeout=max(1, math.ceil(window - (now - start))))
+
+
+class LoginView(auth_views.LoginView):
+    def post(self, request, *args, **kwargs):
+        left = _seconds_left(_key(request))
+        if left:
+            minutes = math.ceil(left / 60)
+            form = self.form_class(request, initial={"username": request.POST.get("username", "")[:150]})
+            context = self.get_context_data(form=form, locked_message=(
+                f"Too many failed log-ins for this username from your address. "
+                f"Try again in {minutes} minute{'s' if minutes != 1 else ''}, or ask an administrator "
+                f"to reset your password."))
+            response = self.render_to_response(context, status=429)
+            response["Retry-After"] = str(left)
+            return response
+        return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form):
+        _record_failure(_key(self.request))
+        return super().form_invalid(form)
+
+    def form_valid(self, form):
+        cache.delete(_key(self.request))
+        return super().form_valid(form)
