@@ -41,7 +41,10 @@ def routes(patterns=None, prefix=""):
 
 
 def fill(route: str, values: dict) -> str | None:
-    """The route with each <converter:name> replaced from ``values``; None for regex routes."""
+    """The route with each <converter:name> replaced from ``values``; None for regex routes
+    and for parameters we have no value for (the admin's own object URLs)."""
     if route.startswith("^") or "(?P<" in route or route.endswith("$"):
+        return None
+    if any(name not in values for name in re.findall(r"<(?:\w+:)?(\w+)>", route)):
         return None
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), route)
