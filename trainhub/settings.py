@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "trainhub.pools",
     "trainhub.jobs",
     "trainhub.api",
+    "trainhub.notify",
 ]
 
 MIDDLEWARE = [
@@ -125,6 +126,19 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("TRAINHUB_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+
+# Notifications (trainhub/notify, docs/NOTIFICATIONS.md): links in webhooks and e-mails point here;
+# e-mail goes through Django's SMTP settings (unset EMAIL_HOST: localhost:25).
+TRAINHUB_BASE_URL = envstr("TRAINHUB_BASE_URL", "http://127.0.0.1:8000")
+EMAIL_BACKEND = envstr("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = envstr("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = envstr("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = envstr("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = envbool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "trainhub@localhost")
 
 # Where job run directories (logs, events, checkpoints, artifacts) live on worker hosts.
 TRAINHUB_RUNS_DIR = Path(envstr("TRAINHUB_RUNS_DIR", str(VAR_DIR / "runs")))

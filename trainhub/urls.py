@@ -17,5 +17,6 @@ urlpatterns = [
     path("tokens/", include("trainhub.api.urls")),
     path("templates/", include("trainhub.jobs.template_views")),
     path("pools/", include("trainhub.pools.views")),
+    path("notifications/", include("trainhub.notify.urls")),
     path("", include("trainhub.jobs.urls")),
 ]

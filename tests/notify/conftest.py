@@ -1,0 +1,74 @@
+"""A webhook receiver on 127.0.0.1 that answers with scripted status codes, and running jobs."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+
+class Receiver:
+    def __init__(self, codes: list[int]):
+        self.codes = list(codes)  # answers for the first requests; 200 after that
+        self.requests: list[dict] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                receiver.requests.append({"at": time.monotonic(), "path": self.path, "headers": dict(self.headers),
+                                          "json": json.loads(body)})
+                code = receiver.codes.pop(0) if receiver.codes else 200
+                self.send_response(code)
+                self.end_headers()
+                self.wfile.write(b"ok" if code == 200 else b"nope")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    made: list[Receiver] = []
+
+    def make(codes=()):
+        made.append(Receiver(list(codes)))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.close()
+
+
+@pytest.fixture
+def fast_backoff(settings):
+    settings.TRAINHUB_NOTIFY_BACKOFF_SECONDS = 0.1
+    return settings
+
+
+@pytest.fixture
+def running_job(transactional_db, django_user_model, cpu_pool):
+    """A job a worker holds (lease token 1), ready for ``job_finish``."""
+    from trainhub.jobs.models import Job, Status
+    from django.utils import timezone
+
+    owner = django_user_model.objects.create_user("bob", email="bob@example.test", password="x" * 12)
+
+    def make(spec=None, **fields):
+        fields = {"status": Status.RUNNING, "lease_token": 1, "started_at": timezone.now(), **fields}
+        return Job.objects.create(owner=owner, name="digits", mode="centralized", spec=spec or {}, pool=cpu_pool,
+                                  **fields)
+
+    make.owner = owner
+    return make
