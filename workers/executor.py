@@ -4,9 +4,11 @@ the lease renewed, cancellation and timeout enforced.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
+import shutil
 import queue
 import select
 import signal
@@ -17,6 +19,7 @@ from pathlib import Path
 from subprocess import PIPE, Popen
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection
 
 from trainhub.jobs import logs, retention
 from trainhub.jobs.lifecycle import Outcome, job_renew
@@ -33,6 +36,12 @@ PARTIAL_SECONDS = 1.0  # how often an unfinished progress-bar line shows its lat
 EVENTS_SECONDS = 1.0  # how often metrics and progress are read from events.jsonl
 BATCH_SECONDS = 0.05
 FLUSH_MAX = 20_000
+#: lines kept in memory while the database is unavailable; beyond it new lines are counted,
+#: not kept, and a marker line says how many were dropped
+PENDING_MAX = 200_000
+DB_ERRORS = (OperationalError, InterfaceError)
+DB_BACKOFF_MAX = 5.0  # seconds between retries while the database is unavailable
+DISK_FULL_MARKERS = ("no space left on device", "errno 28", "file too large", "errno 27", "disk quota exceeded")
 #: set when the worker is shutting down: running jobs stop and go back to the queue
 SHUTDOWN = threading.Event()
 
@@ -181,6 +190,13 @@ class Execution:
             self.retention = retention.MINIMUM
         self.next_cut = self.seq + max(1_000, self.retention // 10)
         self.lines: queue.Queue = queue.Queue()
+        self.pending: list[tuple[int, int, str, str]] = []  # seqs assigned, not yet stored
+        self.dropped = 0  # lines not kept because the pending buffer was full
+        self.db_backoff = 0.0
+        self.db_retry_at = 0.0
+        self.db_down_since: float | None = None
+        self.activity = time.monotonic()  # last output or event from the job (the watchdog's clock)
+        self.tail: list[str] = []  # the job's last lines, to tell a full disk from other failures
         self.events_offset = 0
         self.proc: Popen | None = None
         self.readers: list[threading.Thread] = []
@@ -189,24 +205,93 @@ class Execution:
     def system(self, text: str) -> None:
         self.lines.put(("s", [(0, text)]))
 
-    def flush_lines(self) -> None:
-        batch = []
+    def _take(self, items: list[tuple[int, str]], stream: str) -> None:
+        if len(self.pending) >= PENDING_MAX:
+            self.dropped += len(items)
+            return
+        if self.dropped:  # room again: say where lines are missing, in seq order
+            self.pending.append((self.seq, 0, "s", f"[{self.dropped} lines dropped: the database was unavailable "
+                                                   f"and {PENDING_MAX} lines were already waiting]"))
+            self.seq += 1
+            self.dropped = 0
+        self.pending.extend([(self.seq + i, rank, stream, text) for i, (rank, text) in enumerate(items)])  # Line-shaped
+        self.seq += len(items)
+
+    def flush_lines(self) -> bool:
+        """Store what the job printed. Returns False while the database is unavailable: the
+        lines stay pending (seqs assigned, so a retry neither loses nor duplicates them)."""
         while True:
             try:
                 stream, items = self.lines.get_nowait()
             except queue.Empty:
                 break
-            seq = self.seq
-            batch.extend([(seq + i, rank, stream, text) for i, (rank, text) in enumerate(items)])  # Line-shaped
-            self.seq += len(items)
-        for start in range(0, len(batch), FLUSH_MAX):  # bounded statements, even after a burst
-            logs.append_lines(self.job.pk, batch[start:start + FLUSH_MAX])
-        if self.retention and self.seq >= self.next_cut:
-            retention.enforce(self.job.pk, self.seq, self.retention, self.job.pool.name)
-            self.next_cut = self.seq + max(1_000, self.retention // 10)
+            if stream != "s":
+                self.activity = time.monotonic()
+                self.tail = (self.tail + [t for _, t in items[-20:]])[-20:]
+            self._take(items, stream)
+        if not self.pending and not self.dropped:
+            return True
+        if time.monotonic() < self.db_retry_at:
+            return False
+        try:
+            while self.pending:  # bounded statements, even after a burst
+                logs.append_lines(self.job.pk, self.pending[:FLUSH_MAX])
+                del self.pending[:FLUSH_MAX]
+            if self.dropped:
+                self._take([], "s")  # the marker alone
+                return self.flush_lines()
+            if self.retention and self.seq >= self.next_cut:
+                retention.enforce(self.job.pk, self.seq, self.retention, self.job.pool.name)
+                self.next_cut = self.seq + max(1_000, self.retention // 10)
+        except DB_ERRORS as exc:
+            self._db_failed(exc)
+            return False
+        self._db_ok()
+        return True
+
+    def _db_failed(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if self.db_down_since is None:
+            self.db_down_since = now
+            log.warning("job %s: database unavailable (%s); keeping %d lines and retrying", self.job.pk, exc,
+                        len(self.pending))
+        self.db_backoff = min(DB_BACKOFF_MAX, max(0.1, self.db_backoff * 2))
+        self.db_retry_at = now + self.db_backoff
+        if not connection.in_atomic_block:
+            try:
+                connection.close()  # the next query reconnects
+            except Exception:  # a broken connection may fail to close; it is discarded either way
+                pass
+
+    def _db_ok(self) -> None:
+        if self.db_down_since is not None:
+            log.warning("job %s: database back after %.1f s", self.job.pk, time.monotonic() - self.db_down_since)
+        self.db_down_since, self.db_backoff, self.db_retry_at = None, 0.0, 0.0
+
+    def drain(self, seconds: float) -> bool:
+        """Flush until nothing is pending or ``seconds`` pass (the job's end, a kill)."""
+        deadline = time.monotonic() + seconds
+        while not self.flush_lines():
+            if time.monotonic() >= deadline:
+                log.error("job %s: %d log lines could not be stored", self.job.pk, len(self.pending))
+                return False
+            time.sleep(0.1)
+        return True
 
     def pump_events(self) -> None:
-        events, self.events_offset = read_events(self.run_dir, self.events_offset)
+        """Store new metrics and progress; the offset moves only once they are stored, so
+        events read during a database outage are read again (metrics are idempotent per step)."""
+        try:
+            events, offset = read_events(self.run_dir, self.events_offset)
+            self._store_events(events)
+        except DB_ERRORS as exc:
+            self._db_failed(exc)
+            return
+        if events:
+            self.activity = time.monotonic()
+        self.events_offset = offset
+
+    def _store_events(self, events: list[dict]) -> None:
         progress = None
         for event in events:
             kind = event.get("type")
@@ -257,16 +342,40 @@ class Execution:
         _signal_group(self.proc.pid, signal.SIGKILL)  # also reaps grandchildren that ignored SIGTERM
         self.proc.wait()
 
+    def renew(self, now: float) -> tuple[str, str] | None:
+        """Renew the lease; a stop reason if the job must stop. A database error is not a lost
+        lease, but a worker that cannot renew for longer than the lease must assume another
+        worker took the job over (the lease is its fencing) and stop it."""
+        try:
+            status = job_renew(self.job)
+        except DB_ERRORS as exc:
+            self._db_failed(exc)
+            if now - self.renewed > settings.TRAINHUB_LEASE_SECONDS:
+                return (Status.FAILED, f"this worker lost the job's lease: the database was unreachable for "
+                                       f"{now - self.renewed:.0f} s")
+            return None
+        self.renewed = now
+        if status is None:
+            return (Status.FAILED, "this worker lost the job's lease")
+        if status == Status.CANCELLING:
+            return (Status.CANCELLED, "cancelled")
+        return None
+
     def run(self) -> Outcome:
         try:
             self.start()
         except Exception as exc:  # bad workspace, unwritable run dir, launcher missing
             log.exception("job %s could not start", self.job.pk)
-            self.system(f"could not start: {exc}")
-            self.flush_lines()
-            return Outcome(Status.FAILED, None, f"could not start: {exc}")
+            why = f"could not start: {exc}"
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                why = f"could not start: the disk of the run directory {self.run_dir.parent} is full ({exc})"
+            self.system(why)
+            self.drain(60)
+            return Outcome(Status.FAILED, None, why)
         timeout = self.spec.timeout_minutes * 60
+        watchdog = self.spec.watchdog_minutes * 60
         started = time.monotonic()
+        self.activity = self.renewed = started
         renew_every = max(1.0, settings.TRAINHUB_LEASE_SECONDS / 3)
         next_renew = started + renew_every
         next_events = started + EVENTS_SECONDS
@@ -281,16 +390,15 @@ class Execution:
                 next_events = now + EVENTS_SECONDS
                 self.pump_events()
             if now >= next_renew:
-                next_renew = now + renew_every
-                status = job_renew(self.job)
-                if status is None:
-                    stop_reason = (Status.FAILED, "this worker lost the job's lease")
-                elif status == Status.CANCELLING:
-                    stop_reason = (Status.CANCELLED, "cancelled")
+                next_renew = now + (renew_every if self.db_down_since is None else min(renew_every, 1.0))
+                stop_reason = self.renew(now)
             if stop_reason is None and SHUTDOWN.is_set():
                 stop_reason = (Status.QUEUED, "the worker shut down; the job goes back to the queue")
             if stop_reason is None and now - started > timeout:
                 stop_reason = (Status.FAILED, f"timed out after {self.spec.timeout_minutes} min")
+            if stop_reason is None and watchdog and now - self.activity > watchdog:
+                stop_reason = (Status.FAILED, f"watchdog: no output and no progress for "
+                                              f"{self.spec.watchdog_minutes:g} min")
             if stop_reason:
                 self.kill(stop_reason[1])
                 break
@@ -298,16 +406,29 @@ class Execution:
         _signal_group(self.proc.pid, signal.SIGKILL)  # no rank or data-loader worker outlives the job
         for reader in self.readers:
             reader.join(timeout=5)
+        self.flush_lines()  # also fills self.tail with the last lines
         self.pump_events()
         if stop_reason:
             outcome = Outcome(stop_reason[0], code, stop_reason[1])
         elif code == 0:
             outcome = Outcome(Status.SUCCEEDED, 0, "exited with code 0")
+        elif self.disk_full():
+            outcome = Outcome(Status.FAILED, code, f"the disk of the run directory {self.run_dir.parent} is full "
+                                                   f"(no space left on device); {_describe_exit(code)}")
         else:
             outcome = Outcome(Status.FAILED, code, _describe_exit(code))
         self.system(f"finished: {outcome.reason}")
-        self.flush_lines()
+        self.drain(max(30.0, settings.TRAINHUB_LEASE_SECONDS))
+        self.pump_events()  # events read during an outage, now that the database is back
         return outcome
+
+    def disk_full(self) -> bool:
+        """The job failed because its run directory's disk is full: it said so, or no space is left."""
+        said = any(marker in line.lower() for line in self.tail for marker in DISK_FULL_MARKERS)
+        try:
+            return said or shutil.disk_usage(self.run_dir).free < 64 * 1024
+        except OSError:
+            return said
 
 
 def _describe_exit(code: int) -> str:

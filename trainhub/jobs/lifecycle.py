@@ -5,17 +5,49 @@ Every write after the claim is fenced by ``lease_token``: a worker that lost its
 """
 from __future__ import annotations
 
+import functools
+import logging
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import GpuLease, Worker
-from trainhub.notify.services import after_final
+
+
+log = logging.getLogger(__name__)
+#: how long a final write keeps retrying through a database outage
+DB_RETRY_SECONDS = 60.0
+
+
+def retry_db(fn):
+    """Retry ``fn`` with backoff while the database is unavailable (up to ``DB_RETRY_SECONDS``).
+
+    Safe for the writes here: each is a compare-and-set, so a retry after a write that did
+    commit finds the row already moved and does nothing.
+    """
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        deadline, delay = time.monotonic() + DB_RETRY_SECONDS, 0.1
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except (OperationalError, InterfaceError) as exc:
+                if time.monotonic() + delay > deadline or not connection.get_autocommit():
+                    raise  # out of time, or inside a caller's transaction, which must roll back first
+                log.warning("%s: database unavailable (%s); retrying in %.1f s", fn.__name__, exc, delay)
+                try:
+                    connection.close()
+                except Exception:  # a broken connection may fail to close; it is discarded either way
+                    pass
+                time.sleep(delay)
+                delay = min(5.0, delay * 2)
+    return wrapper
 
 
 @dataclass
@@ -52,6 +84,7 @@ def job_claim(job_id: int, attempt: int, *, hostname: str, task_id: str = "", gp
     return job if won else None
 
 
+@retry_db
 def job_release_gpus(job: Job, *, worker_id: int | None = None, token: int | None = None) -> int:
     """Give back the GPUs this attempt holds (leases of a newer claim are untouched); a gang
     member gives back only its own worker's (``worker_id``, ``token``)."""
@@ -69,22 +102,24 @@ def job_renew(job: Job) -> str | None:
     return Job.objects.filter(pk=job.pk).values_list("status", flat=True).first()
 
 
+@retry_db
 def job_finish(job: Job, outcome: Outcome) -> bool:
-    """Record the final status (or a retry) if this worker still holds the lease."""
+    """Record the final status (or a retry) if this worker still holds the lease; retries
+    through a short database outage."""
     current = Job.objects.filter(pk=job.pk, lease_token=job.lease_token).values_list("status", flat=True).first()
     if current not in (Status.RUNNING, Status.CANCELLING):
         return False
     job.status = current
     if current == Status.CANCELLING:
         new = Status.CANCELLED if outcome.status != Status.SUCCEEDED else Status.SUCCEEDED
-        return after_final(job, job.transition(new, reason=outcome.reason, exit_code=outcome.exit_code))
+        return job.transition(new, reason=outcome.reason, exit_code=outcome.exit_code)
     interrupted = outcome.status == Status.QUEUED
     retry = outcome.status == Status.FAILED and job.attempt <= int(job.spec.get("max_restarts", 0))
     if interrupted or retry:
         why = outcome.reason if interrupted else f"attempt {job.attempt} failed ({outcome.reason}); retrying"
         won = job.transition(Status.QUEUED, reason=why,
                              exit_code=outcome.exit_code, error=outcome.reason, attempt=F("attempt") + 1,
-                             lease_expires_at=None, worker=None)
+                             lease_expires_at=None, worker=None, celery_task_id="")  # sent again below
         if won:
             job.refresh_from_db()
             from trainhub.jobs.services import job_enqueue
@@ -92,8 +127,7 @@ def job_finish(job: Job, outcome: Outcome) -> bool:
             job_enqueue(job)
         return won
     error = "" if outcome.status == Status.SUCCEEDED else outcome.reason
-    return after_final(job, job.transition(outcome.status, reason=outcome.reason,
-                                           exit_code=outcome.exit_code, error=error))
+    return job.transition(outcome.status, reason=outcome.reason, exit_code=outcome.exit_code, error=error)
 
 
 def jobs_reconcile(now=None) -> int:
@@ -116,4 +150,15 @@ def jobs_reconcile(now=None) -> int:
         reason = f"worker {job.worker.hostname if job.worker else '?'} stopped renewing the lease"
         if job_finish(job, Outcome(Status.FAILED, None, f"lost worker: {reason}")):
             recovered += 1
+    _resend_unsent(now)
     return recovered
+
+
+def _resend_unsent(now) -> None:
+    """Jobs submitted while the broker was down have no task id: send them again, once the
+    submit's own send has had time to happen (a duplicate send is a no-op claim anyway)."""
+    unsent = Job.objects.filter(status=Status.QUEUED, celery_task_id="", created_at__lt=now - timedelta(seconds=5))
+    if unsent.exists():
+        from trainhub.jobs.services import job_requeue_lost
+
+        log.info("re-sending %d queued job(s) whose message was never sent", job_requeue_lost(now))
