@@ -29,7 +29,7 @@ class AsgiServer:
             [sys.executable, "-m", "uvicorn", "trainhub.asgi:application", "--host", "127.0.0.1",
              "--port", str(self.port), "--log-level", "warning", "--no-access-log"],
             cwd=ROOT, env=self.env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a loaded 2-core CI machine
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"uvicorn exited: {self.output()[-2000:]}")
