@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import GpuLease, Worker
+from trainhub.notify.services import after_final
 
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ def job_finish(job: Job, outcome: Outcome) -> bool:
     job.status = current
     if current == Status.CANCELLING:
         new = Status.CANCELLED if outcome.status != Status.SUCCEEDED else Status.SUCCEEDED
-        return job.transition(new, reason=outcome.reason, exit_code=outcome.exit_code)
+        return after_final(job, job.transition(new, reason=outcome.reason, exit_code=outcome.exit_code))
     interrupted = outcome.status == Status.QUEUED
     retry = outcome.status == Status.FAILED and job.attempt <= int(job.spec.get("max_restarts", 0))
     if interrupted or retry:
@@ -127,7 +128,8 @@ def job_finish(job: Job, outcome: Outcome) -> bool:
             job_enqueue(job)
         return won
     error = "" if outcome.status == Status.SUCCEEDED else outcome.reason
-    return job.transition(outcome.status, reason=outcome.reason, exit_code=outcome.exit_code, error=error)
+    return after_final(job, job.transition(outcome.status, reason=outcome.reason,
+                                           exit_code=outcome.exit_code, error=error))
 
 
 def jobs_reconcile(now=None) -> int:

@@ -128,6 +128,35 @@ class Script(_Section):
     launcher: Literal["python", "torchrun", "deepspeed"] = "python"
 
 
+class Notify(_Section):
+    """Per-job notification overrides; unset fields use the owner's notification settings."""
+
+    webhook: str | None = Field(None, max_length=2000, description="http(s) URL to POST the result to; \"\" = none")
+    email: bool | None = Field(None, description="e-mail the owner when the job ends")
+    on: list[Literal["succeeded", "failed", "cancelled"]] | None = Field(None, description="final statuses to notify")
+
+    @model_validator(mode="after")
+    def _url(self) -> "Notify":
+        problem = http_url_error(self.webhook) if self.webhook else None
+        if problem:
+            raise SpecError({"notify.webhook": problem})
+        return self
+
+
+def http_url_error(url: str) -> str | None:
+    """Why ``url`` is not an http(s) URL a webhook can be sent to, or None when it is."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL, e.g. https://hooks.example.com/trainhub"
+    return None
+
+
 class JobSpec(_Section):
     name: str = Field("job", min_length=1, max_length=200)
     mode: Literal["centralized", "ddp", "deepspeed", "llm", "script"] = "centralized"
@@ -147,6 +176,7 @@ class JobSpec(_Section):
     timeout_minutes: int = Field(120, ge=1, le=60 * 24 * 30)
     watchdog_minutes: float = Field(0, ge=0, le=60 * 24 * 30,
                                     description="fail the job after this long without output or progress; 0: off")
+    notify: Notify | None = None
 
     @model_validator(mode="after")
     def _combinations(self) -> "JobSpec":
