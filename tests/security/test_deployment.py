@@ -29,6 +29,27 @@ def test_check_deploy_has_no_warnings_under_the_production_settings(tmp_path):
     assert "no issues" in result.stdout and "WARNING" not in result.stderr, result.stderr
 
 
+def readme_production_env() -> dict:
+    """The `export NAME=value` lines of README's "Production" section (the service URLs aside)."""
+    import re
+    import shlex
+
+    section = (ROOT / "README.md").read_text().split("## Production", 1)[1].split("\n## ", 1)[0]
+    env = {}
+    for name, value in re.findall(r"^export (\w+)=(.*)$", section, re.M):
+        if name in ("DATABASE_URL", "REDIS_URL"):
+            continue  # no such hosts here; the URL forms are tested below
+        env[name] = secrets.token_urlsafe(50) if "$(" in value else shlex.split(value, comments=True)[0]
+    return env
+
+
+def test_the_production_settings_in_the_readme_pass_check_deploy(tmp_path):
+    env = readme_production_env()
+    assert {"TRAINHUB_SECRET_KEY", "TRAINHUB_ALLOWED_HOSTS", "TRAINHUB_SECURE"} <= set(env)
+    result = manage(tmp_path, "check", "--deploy", "--fail-level", "WARNING", **env)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_without_trainhub_secure_check_deploy_names_what_is_missing(tmp_path):
     env = {k: v for k, v in PRODUCTION.items() if k != "TRAINHUB_SECURE"}
     result = manage(tmp_path, "check", "--deploy", "--fail-level", "WARNING", **env)

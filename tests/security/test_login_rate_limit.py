@@ -64,3 +64,11 @@ def test_the_cache_table_exists_in_a_migrated_database():
     from django.db import connection
 
     assert "trainhub_cache" in connection.introspection.table_names()
+
+
+def test_staff_log_in_through_the_admin_form_and_land_in_the_admin(client, django_user_model):
+    django_user_model.objects.create_user("root", password="staff-secret-pw", is_staff=True)
+    response = client.post("/admin/login/?next=/admin/", {"username": "root", "password": "staff-secret-pw",
+                                                          "next": "/admin/"})
+    assert response.status_code == 302 and response["Location"] == "/admin/"
+    assert client.get("/admin/").status_code == 200
