@@ -12,6 +12,8 @@ def test_a_notify_section_is_accepted_and_kept():
 @pytest.mark.parametrize("notify,field", [
     ({"webhook": "file:///etc/passwd"}, "notify.webhook"),
     ({"webhook": "javascript:alert(1)"}, "notify.webhook"),
+    ({"webhook": "http://hooks.test/a\r\nX-Injected: 1"}, "notify.webhook"),
+    ({"webhook": "http://hooks.test/a b"}, "notify.webhook"),
     ({"hook": "https://x.test"}, "notify.hook"),
     ({"on": ["running"]}, "notify.on.0"),
     ({"email": "maybe"}, "notify.email"),

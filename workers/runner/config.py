@@ -154,6 +154,8 @@ def http_url_error(url: str) -> str | None:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         return "must be an http:// or https:// URL, e.g. https://hooks.example.com/trainhub"
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url.strip()):
+        return "must not contain spaces or control characters; percent-encode them (%20)"
     return None
 
 
