@@ -58,6 +58,12 @@ def test_the_admin_log_in_form_shares_the_limit(client, user):
         attempt(client, "wrong")
     response = client.post("/admin/login/", {"username": "alice", "password": "wrong"}, REMOTE_ADDR="10.0.0.1")
     assert response.status_code == 429
+    assert "Too many failed log-ins" in response.content.decode()
+
+
+def test_the_admin_log_in_page_still_tells_a_non_staff_user_why(user_client):
+    response = user_client.get("/admin/login/?next=/admin/")
+    assert response.status_code == 200 and "not authorized" in response.content.decode()
 
 
 def test_the_cache_table_exists_in_a_migrated_database():
