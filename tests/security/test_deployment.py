@@ -18,7 +18,10 @@ TLS_URL = "rediss://:s3cr%40t@redis.example.com:6390/2?ssl_cert_reqs=required"
 
 
 def manage(tmp_path, *args, **env):
-    base = {k: v for k, v in os.environ.items() if not k.startswith("TRAINHUB_")}
+    # Not this test process's settings: TRAINHUB_* of the suite, nor the async escape hatch
+    # that the browser tests set (check --deploy rightly refuses it).
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith("TRAINHUB_") and k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**base, "TRAINHUB_VAR_DIR": str(tmp_path), **env})
 
