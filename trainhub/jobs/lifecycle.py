@@ -152,6 +152,11 @@ def jobs_reconcile(now=None) -> int:
         reason = f"worker {job.worker.hostname if job.worker else '?'} stopped renewing the lease"
         if job_finish(job, Outcome(Status.FAILED, None, f"lost worker: {reason}")):
             recovered += 1
+    if recovered:
+        # A dead worker also took the messages it had reserved (acks_late: redelivered only after
+        # the visibility timeout, hours): send every queued job again; a duplicate is a no-op claim.
+        Job.objects.filter(status=Status.QUEUED).exclude(celery_task_id="").update(celery_task_id="")
+        now = now + timedelta(seconds=5)
     _resend_unsent(now)
     return recovered
 
