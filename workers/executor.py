@@ -11,6 +11,7 @@ import os
 import shutil
 import queue
 import select
+import shutil
 import signal
 import sys
 import threading
@@ -311,6 +312,7 @@ class Execution:
     # -- process ------------------------------------------------------------
     def start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._seed_checkpoint()
         config_path = self.run_dir / "job.yaml"
         config_path.write_text(dump_yaml(self.spec), encoding="utf-8")
         workspace_dir = None
@@ -329,6 +331,17 @@ class Execution:
             reader = threading.Thread(target=_pump, args=(pipe, stream, self.lines), daemon=True)
             reader.start()
             self.readers.append(reader)
+
+    def _seed_checkpoint(self) -> None:
+        """``checkpoint.start_from``: copy another job's checkpoint in, so the runner resumes from it.
+        Only on the first attempt's start; a retry resumes from this job's own newer checkpoints."""
+        source = self.spec.checkpoint.start_from
+        target_root = self.run_dir / "checkpoints"
+        if not source or (target_root.is_dir() and any(target_root.iterdir())):
+            return
+        origin = Path(settings.TRAINHUB_RUNS_DIR) / source  # the spec pattern allows job-N/checkpoints/step-M only
+        shutil.copytree(origin, target_root / origin.name)
+        self.system(f"starting from checkpoint {source}")
 
     def kill(self, why: str) -> None:
         """SIGTERM the whole process group, give it the grace period, then SIGKILL."""

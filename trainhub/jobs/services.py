@@ -53,10 +53,24 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
     if spec.script and not Workspace.objects.filter(name=spec.script.workspace).exists():
         raise SpecError({"script.workspace": f"no workspace named {spec.script.workspace!r}; "
                                              "ask an administrator to register it"})
+    if spec.checkpoint.start_from:
+        _check_start_from(spec.checkpoint.start_from, owner)
     # Missing paths, packages and entries are refused now, not ten minutes into the run.
     workspace = Workspace.objects.filter(name=spec.script.workspace).first() if spec.script else None
     preflight(spec, None, workspace_dir=workspace.path if workspace else None)
     return spec, pool
+
+
+def _check_start_from(start_from: str, owner) -> None:
+    """The checkpoint must exist and belong to a job this user may see."""
+    from trainhub.api import rundir
+
+    source_id = int(start_from.split("/", 1)[0].removeprefix("job-"))
+    visible = jobs_visible_to(owner) if owner is not None else Job.objects.all()
+    path = rundir.run_dir(source_id) / start_from.split("/", 1)[1]
+    if not visible.filter(pk=source_id).exists() or not path.is_dir():
+        raise SpecError({"checkpoint.start_from": f"no checkpoint {start_from!r} among your jobs; "
+                                                  "pick one from a job page's checkpoint list"})
 
 
 def pool_gpu_capacity(pool: WorkerPool) -> int | None:
@@ -124,3 +138,11 @@ def job_requeue_lost(now=None) -> int:
         job_enqueue(job)
         count += 1
     return count
+
+
+def job_resume_from(job: Job, checkpoint: str, *, owner) -> Job:
+    """A new job with ``job``'s spec that starts from one of its checkpoints."""
+    spec = job_clone_spec(job)
+    spec["name"] = f"{job.name}-from-{checkpoint}"[:200]
+    spec["checkpoint"] = {**spec.get("checkpoint", {}), "resume": True, "start_from": f"job-{job.pk}/checkpoints/{checkpoint}"}
+    return job_submit(owner=owner, data=spec)

@@ -8,6 +8,7 @@ urlpatterns = [
     path("jobs/<int:job_id>", views.job_detail, name="job_detail"),
     path("jobs/<int:job_id>/lines", views.job_log_lines, name="job_log_lines"),
     path("jobs/<int:job_id>/cancel", views.job_cancel_view, name="job_cancel"),
+    path("jobs/<int:job_id>/resume", views.job_resume_view, name="job_resume"),
 ]
 
 from trainhub.jobs import log_views, stream  # noqa: E402  (issue 4: live logs and metrics)

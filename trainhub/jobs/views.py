@@ -8,8 +8,8 @@ from django.views.decorators.http import require_GET, require_POST
 from trainhub.api import rundir
 from trainhub.jobs import logs
 from trainhub.jobs.models import Job
-from trainhub.jobs.services import job_cancel, jobs_visible_to
-from workers.runner.config import dump_yaml
+from trainhub.jobs.services import job_cancel, job_resume_from, jobs_visible_to
+from workers.runner.config import SpecError, dump_yaml
 
 
 def _get_job_for_user(request: HttpRequest, job_id: int) -> Job:
@@ -70,3 +70,19 @@ def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
     if request.htmx:
         return render(request, "jobs/detail.html#status", {"job": job})
     return redirect("job_detail", job_id=job.pk)
+
+
+@login_required
+@require_POST
+def job_resume_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Start a new job from one of this job's checkpoints."""
+    job = _get_job_for_user(request, job_id)
+    checkpoint = request.POST.get("checkpoint", "")
+    if checkpoint not in {c["name"] for c in rundir.checkpoints(job.pk)}:
+        return HttpResponse(f"job {job.pk} has no checkpoint {checkpoint[:100]!r}", status=404, content_type="text/plain")
+    try:
+        new = job_resume_from(job, checkpoint, owner=request.user)
+    except SpecError as exc:
+        message = "; ".join(f"{k}: {v}" for k, v in exc.errors.items())
+        return HttpResponse(f"cannot resume: {message}", status=422, content_type="text/plain")
+    return redirect("job_detail", job_id=new.pk)

@@ -70,6 +70,9 @@ class Checkpoint(_Section):
     every_steps: int = Field(0, ge=0, description="0 = only at the end")
     keep_last: int = Field(3, ge=1, le=1000)
     resume: bool = Field(True, description="resume from the latest checkpoint when one exists")
+    start_from: str | None = Field(
+        None, pattern=r"^job-[0-9]+/checkpoints/step-[0-9]+$",
+        description="dashboard only: start from another job's checkpoint, e.g. job-12/checkpoints/step-400")
 
 
 class DeepSpeed(_Section):
