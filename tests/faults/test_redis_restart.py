@@ -8,7 +8,7 @@ from trainhub.jobs.logs import metric_series
 from trainhub.jobs.models import Job
 from trainhub.jobs.services import job_submit
 
-pytestmark = pytest.mark.slow
+
 FAST = {"TRAINHUB_HEARTBEAT_SECONDS": "1"}
 
 
@@ -17,6 +17,7 @@ def finished(job_id, timeout=120):
                     timeout=timeout, message=f"job {job_id} to finish")
 
 
+@pytest.mark.slow
 def test_a_redis_restart_loses_no_line_and_a_job_submitted_meanwhile_still_runs(start_worker, cpu_pool, user,
                                                                                 tmp_path, redis_server):
     team_workspace(tmp_path)
@@ -40,3 +41,27 @@ def test_a_redis_restart_loses_no_line_and_a_job_submitted_meanwhile_still_runs(
     assert len(metric_series(done.pk).get("train_loss", metric_series(done.pk).get("loss", []))) >= 3
     resent = finished(during.pk, timeout=180)
     assert resent.status == "succeeded", resent.error
+
+
+def test_a_worker_that_died_idle_gets_its_reserved_messages_sent_again_once(cpu_pool, user, monkeypatch, settings):
+    from datetime import timedelta
+
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    from trainhub.jobs import services
+    from trainhub.jobs.lifecycle import jobs_reconcile
+    from trainhub.pools.models import Worker
+
+    cache.clear()
+    sent = []
+    monkeypatch.setattr(services, "job_enqueue", lambda job: sent.append(job.pk))
+    job = job_submit(owner=user, data={"data": {"dataset": "iris"}, "model": {"name": "logreg"}})
+    Job.objects.filter(pk=job.pk).update(celery_task_id="held-by-the-dead-worker")
+    Worker.objects.create(hostname="gone@test", pool=cpu_pool,
+                          last_heartbeat=timezone.now() - timedelta(seconds=settings.TRAINHUB_LEASE_SECONDS + 5))
+    jobs_reconcile()
+    assert sent == [job.pk]
+    Job.objects.filter(pk=job.pk).update(celery_task_id="sent-again")
+    jobs_reconcile()
+    assert sent == [job.pk]  # once per death, not at every heartbeat

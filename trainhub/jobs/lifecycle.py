@@ -152,13 +152,25 @@ def jobs_reconcile(now=None) -> int:
         reason = f"worker {job.worker.hostname if job.worker else '?'} stopped renewing the lease"
         if job_finish(job, Outcome(Status.FAILED, None, f"lost worker: {reason}")):
             recovered += 1
-    if recovered:
+    if recovered or _workers_newly_lost(now):
         # A dead worker also took the messages it had reserved (acks_late: redelivered only after
         # the visibility timeout, hours): send every queued job again; a duplicate is a no-op claim.
         Job.objects.filter(status=Status.QUEUED).exclude(celery_task_id="").update(celery_task_id="")
         now = now + timedelta(seconds=5)
     _resend_unsent(now)
     return recovered
+
+
+def _workers_newly_lost(now) -> bool:
+    """Whether a worker stopped heart-beating since the last look (also an idle one, which no
+    expired lease reveals). Told once per death: the cache key names its last heartbeat."""
+    from django.core.cache import cache
+
+    stale = Worker.objects.filter(last_heartbeat__lt=now - timedelta(seconds=settings.TRAINHUB_LEASE_SECONDS))
+    found = False
+    for pk, beat in stale.values_list("pk", "last_heartbeat")[:100]:
+        found |= cache.add(f"trainhub:worker-lost:{pk}:{beat.timestamp()}", 1, timeout=24 * 3600)
+    return found
 
 
 def _resend_unsent(now) -> None:
