@@ -166,16 +166,19 @@ def test_a_non_staff_user_is_refused_the_admin_and_makes_a_token(browser_page, w
 MODES = [("ddp", {"procs_per_node": "2"}), ("deepspeed", {"procs_per_node": "2"}), ("llm", {"seq_len": "64"})]
 
 
-def test_each_mode_submits_from_its_own_fields(browser_page, web, cpu_pool, user):
+def test_each_mode_submits_from_its_own_fields_and_runs_to_success(browser_page, web, start_worker, cpu_pool, user):
     from trainhub.jobs.models import Job
 
+    start_worker("cpu")
     page = browser_page
     log_in(page, web.url, "alice", "correct-horse-battery")
+    pages = []
     for mode, fields in MODES:
         page.goto(web.url + "/jobs/new")
         page.select_option("select[name=mode]", mode)
         page.wait_for_selector(f"#mode-fields[data-mode={mode}]")
         page.fill("input[name=name]", f"browser-{mode}")
+        page.fill("input[name=epochs]", "1")
         for name, value in fields.items():
             page.fill(f"#mode-fields input[name={name}]", value)
         page.click("button[value=submit]")
@@ -186,6 +189,10 @@ def test_each_mode_submits_from_its_own_fields(browser_page, web, cpu_pool, user
             assert job.spec["llm"]["seq_len"] == 64
         else:
             assert job.spec["resources"]["procs_per_node"] == 2
+        pages.append(page.url)
+    for url in pages:  # watch each one run to the end on its own page
+        page.goto(url)
+        page.wait_for_selector("#job-status .status.succeeded", timeout=300_000)
 
 
 def test_the_yaml_tab_round_trips_with_the_form_in_the_browser(browser_page, web, cpu_pool, user):
