@@ -17,18 +17,23 @@ def staff(django_user_model):
     return django_user_model.objects.create_user("root", password="staff-secret-pw", is_staff=True)
 
 
-@pytest.fixture
-def bobs_things(bob, cpu_pool, live_settings):
-    """Bob's job, template and token: what alice must not reach."""
+def things_of(owner, pool, job_name: str, template_name: str, template_job: str, token_name: str) -> dict:
+    """A job, a template and a token of ``owner``: the URL parameters of every route that takes them."""
     from trainhub.api.models import ApiToken
     from trainhub.jobs.job_templates import template_save
     from trainhub.jobs.services import job_submit
 
-    job = job_submit(owner=bob, data={"name": "bobs-secret-job"})
-    template = template_save(owner=bob, name="bobs-template", spec={"name": "bobs-template-job"})
-    token, _ = ApiToken.issue(bob, "bobs-token")
-    return {"job_id": job.pk, "template_id": template.pk, "token_id": token.pk, "name": cpu_pool.name,
+    job = job_submit(owner=owner, data={"name": job_name})
+    template = template_save(owner=owner, name=template_name, spec={"name": template_job})
+    token, _ = ApiToken.issue(owner, token_name)
+    return {"job_id": job.pk, "template_id": template.pk, "token_id": token.pk, "name": pool.name,
             "path": "stdout.log", "rest": "nowhere"}
+
+
+@pytest.fixture
+def bobs_things(bob, cpu_pool, live_settings):
+    """Bob's job, template and token: what alice must not reach."""
+    return things_of(bob, cpu_pool, "bobs-secret-job", "bobs-template", "bobs-template-job", "bobs-token")
 
 
 def routes(patterns=None, prefix=""):

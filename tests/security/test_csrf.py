@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from tests.security.conftest import fill, routes
+from tests.security.conftest import fill, routes, things_of
 
 pytestmark = pytest.mark.django_db
 
@@ -22,15 +22,7 @@ def browser(staff):
 
 @pytest.fixture
 def own_things(staff, cpu_pool, live_settings):
-    from trainhub.api.models import ApiToken
-    from trainhub.jobs.job_templates import template_save
-    from trainhub.jobs.services import job_submit
-
-    job = job_submit(owner=staff, data={"name": "own"})
-    template = template_save(owner=staff, name="own-template", spec={"name": "t"})
-    token, _ = ApiToken.issue(staff, "own-token")
-    return {"job_id": job.pk, "template_id": template.pk, "token_id": token.pk, "name": cpu_pool.name,
-            "path": "stdout.log", "rest": "nowhere"}
+    return things_of(staff, cpu_pool, "own", "own-template", "t", "own-token")
 
 
 def token(client) -> str:
