@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from trainhub.api import errors as api_errors
 from trainhub.api.views import api
@@ -13,7 +13,8 @@ urlpatterns = [
     path("admin/login/", admin_login, name="admin_login"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
-    path("api/<path:rest>", api_errors.not_found),
+    # [\s\S]: a path converter stops at a newline (%0A), which would fall through to Django's HTML 404.
+    re_path(r"^api/(?P<rest>[\s\S]*)\Z", api_errors.not_found),
     path("tokens/", include("trainhub.api.urls")),
     path("templates/", include("trainhub.jobs.template_views")),
     path("pools/", include("trainhub.pools.views")),

@@ -109,7 +109,8 @@ def test_the_schema_is_served(client):
 
 
 def test_unknown_api_urls_answer_json_404(api):
-    for path in ("/api/nothing", "/api/jobs/1/files/"):
+    # %0A: a newline no URL converter matches (found by schemathesis in CI)
+    for path in ("/api/nothing", "/api/jobs/1/files/", "/api/jobs/1/files/a%0Ab", "/api/jobs/1/logs%0A"):
         response = api.get(path)
         assert response.status_code == 404 and "/api/docs" in response.json()["detail"]
 
