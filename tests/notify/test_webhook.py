@@ -101,3 +101,31 @@ def test_a_cancelled_job_is_reported_as_cancelled(running_job, receiver, fast_ba
     job = running_job(status="cancelling")
     _finish(job, "failed", -15, "cancelled by user")
     assert [r["json"]["status"] for r in hook.requests] == ["cancelled"]
+
+
+def test_cancelling_a_queued_job_notifies_once(running_job, receiver, fast_backoff):
+    from trainhub.jobs.services import job_cancel
+
+    hook = receiver()
+    NotifySettings.objects.create(user=running_job.owner, webhook_url=hook.url, events=["cancelled"])
+    job = running_job(status="queued", lease_token=0, started_at=None)
+    assert job_cancel(job, reason="cancelled by user")
+    assert not job_cancel(Job.objects.get(pk=job.pk))  # the second cancel is a no-op and sends nothing
+    services.wait_idle(30)
+    assert [(r["json"]["event"], r["json"]["id"]) for r in hook.requests] == [("job.cancelled", job.pk)]
+
+
+def test_a_gang_that_times_out_notifies_its_failure(running_job, receiver, fast_backoff, monkeypatch):
+    from trainhub.pools.gang import gang_wait
+    from trainhub.pools.models import GangMember, Worker
+
+    hook = receiver()
+    NotifySettings.objects.create(user=running_job.owner, webhook_url=hook.url, events=["failed"])
+    job = running_job(status="queued", lease_token=0, started_at=None, attempt=1)
+    worker = Worker.objects.create(hostname="alone@test", pool=job.pool)
+    member = GangMember.objects.create(job=job, attempt=1, worker=worker, node_rank=0, lease_token=0)
+    monkeypatch.setenv("TRAINHUB_GANG_TIMEOUT_SECONDS", "0")
+    assert gang_wait(member, nodes=2).startswith("gang timeout: only 1 of 2 workers")
+    services.wait_idle(30)
+    assert [r["json"]["event"] for r in hook.requests] == ["job.failed"]
+    assert "gang timeout" in hook.requests[0]["json"]["error"]

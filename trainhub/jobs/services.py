@@ -8,6 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from trainhub.jobs.models import Job, JobEvent, Status
+from trainhub.notify.services import after_final
 from trainhub.pools.models import WorkerPool, Workspace
 from workers.runner.config import JobSpec, SpecError, parse_spec
 from workers.runner.preflight import preflight
@@ -109,7 +110,7 @@ def job_cancel(job: Job, *, actor=None, reason: str = "cancelled by user") -> bo
     """Cancel a queued job at once, or ask the worker to stop a running one. Idempotent."""
     for _ in range(3):  # the status may move underneath us; retry on the fresh row
         if job.status == Status.QUEUED:
-            if job.transition(Status.CANCELLED, reason=reason, actor=actor):
+            if after_final(job, job.transition(Status.CANCELLED, reason=reason, actor=actor)):
                 return True
         elif job.status == Status.RUNNING:
             if job.transition(Status.CANCELLING, reason=reason, actor=actor):
