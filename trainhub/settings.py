@@ -5,6 +5,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from trainhub.core.clientip import parse_trusted_proxies
 from trainhub.env import envbool, envint, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -96,6 +97,9 @@ REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6380/0")
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "trainhub_cache"}}
 TRAINHUB_LOGIN_MAX_FAILURES = envint("TRAINHUB_LOGIN_MAX_FAILURES", 10, minimum=1)
 TRAINHUB_LOGIN_WINDOW_SECONDS = envint("TRAINHUB_LOGIN_WINDOW_SECONDS", 300, minimum=1)
+# Reverse proxies whose X-Forwarded-For is believed (trainhub/core/clientip.py): comma-separated
+# IPs and CIDRs; empty trusts nobody and the client is REMOTE_ADDR. See docs/SECURITY.md.
+TRAINHUB_TRUSTED_PROXIES = parse_trusted_proxies(envstr("TRAINHUB_TRUSTED_PROXIES", ""))
 
 # Production behind a TLS-terminating proxy (README, "Production"): `check --deploy` is clean.
 TRAINHUB_SECURE = envbool("TRAINHUB_SECURE", False)

@@ -1,6 +1,7 @@
 """The log-in page, rate-limited: after TRAINHUB_LOGIN_MAX_FAILURES failed attempts for one
 username from one address within TRAINHUB_LOGIN_WINDOW_SECONDS, every attempt (right password
-or not) is answered 429 until the window has passed. Counters live in the default cache."""
+or not) is answered 429 until the window has passed. Counters live in the default cache. The
+address is the client's, read through TRAINHUB_TRUSTED_PROXIES (trainhub/core/clientip.py)."""
 from __future__ import annotations
 
 import hashlib
@@ -16,10 +17,12 @@ from django.core.cache import cache
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 
+from trainhub.core.clientip import request_client_address
+
 
 def _key(request) -> str:
     username = request.POST.get("username", "")[:150].strip().lower()
-    address = request.META.get("REMOTE_ADDR", "")
+    address = request_client_address(request)
     return "login-failures:" + hashlib.sha256(f"{username}\0{address}".encode()).hexdigest()
 
 
