@@ -21,7 +21,7 @@ STREAMS = {"jobs/<int:job_id>/logs/stream"}
 
 def page_routes():
     for route, pattern in routes():
-        if route in PUBLIC or route.startswith("api/") or route.startswith("admin/"):
+        if route in PUBLIC or route.startswith(("api/", "^api/")) or route.startswith("admin/"):
             continue
         yield route
 
