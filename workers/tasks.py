@@ -86,7 +86,7 @@ def _run_gang_member(member: GangMember, env_extra: dict[str, str], *, task_id: 
                 job_finish(job, failure)
             return f"node {member.node_rank} done"
         try:
-            outcome = executor.execute(job, env_extra=env_extra, launch_kwargs=launch_kwargs)
+            outcome = gang_node.LeaderExecution(job, env_extra, launch_kwargs).run()
         except Exception as exc:
             log.exception("executor failed for job %s", job.pk)
             outcome = Outcome(Status.FAILED, None, f"worker error: {exc}")

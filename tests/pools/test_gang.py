@@ -38,9 +38,13 @@ def test_a_two_node_job_starts_on_two_workers_and_meets_through_c10d(start_worke
     log = "\n".join(line.text for line in lines)
     assert "--nnodes 2" in log and "--rdzv-backend c10d" in log
     node1 = (live_settings.TRAINHUB_RUNS_DIR / f"job-{job.pk}" / "logs" / "node1.out").read_text()
-    # node 0 (recorded by the executor) runs global rank 0, the other node rank 1
-    assert {line.rank for line in lines if line.stream != "s"} == {0}
+    # node 0 runs global rank 0, the other node rank 1; both are in the job's log, each line once
     assert set(re.findall(r"\[rank(\d+)\]", node1)) == {"1"}
+    assert {line.rank for line in lines if line.stream != "s"} == {0, 1}
+    rank1 = [line.text for line in lines if line.rank == 1 and line.stream != "s"]
+    assert any("epoch" in text for text in rank1), rank1[-5:]
+    assert len(rank1) == len(node1.splitlines())
+    assert [line.seq for line in lines] == list(range(len(lines)))  # gap-free, no duplicates
 
 
 def test_a_gang_that_cannot_gather_fails_after_the_timeout_and_holds_nothing(start_worker, cpu_pool, user):
