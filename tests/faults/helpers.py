@@ -1,4 +1,7 @@
-"""What the fault tests share: a team workspace with small scripts, and log checks."""
+"""What the fault tests share: a team workspace with small scripts, log checks, and a TCP
+proxy that can cut a worker off from its database."""
+import socket
+import threading
 from pathlib import Path
 
 from trainhub.jobs.logs import iter_all
@@ -44,3 +47,94 @@ def assert_ticks_complete(job_id: int, n: int) -> None:
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "the log has a gap"
     ticks = [line.text for line in lines if line.text.startswith("tick ")]
     assert ticks == [f"tick {i}" for i in range(n)], f"{len(ticks)} ticks, expected {n}"
+
+
+class TcpProxy:
+    """Forwards 127.0.0.1:``port`` to ``upstream``; ``down()`` cuts it like a database outage.
+
+    Down: every open connection is closed on both sides, and a new one is accepted and closed
+    at once (the client reads "server closed the connection unexpectedly"); ``up()`` forwards
+    new connections again. Threads only, one pair per connection.
+    """
+
+    def __init__(self, upstream: tuple[str, int]):
+        self.upstream = upstream
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.5)  # so that accept() sees close()
+        self.port = self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.open: set[socket.socket] = set()
+        self.is_down = False
+        self.cut = 0  # connections closed by down()
+        self.turned_away = 0  # connections closed at once while down
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True, name="tcp-proxy").start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # the listener was closed
+            with self.lock:
+                down = self.is_down
+                if down:
+                    self.turned_away += 1
+            if down:
+                self._close(client)
+                continue
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+                server.settimeout(None)
+            except OSError:
+                self._close(client)
+                continue
+            with self.lock:
+                if self.is_down:  # went down while connecting
+                    self.turned_away += 1
+                    self._close(client)
+                    self._close(server)
+                    continue
+                self.open |= {client, server}
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+        except OSError:
+            pass
+        with self.lock:  # one side ended: end the pair
+            self.open -= {src, dst}
+        self._close(src)
+        self._close(dst)
+
+    @staticmethod
+    def _close(sock: socket.socket) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
+
+    def down(self) -> int:
+        """Cut every open connection and turn new ones away; returns how many were cut."""
+        with self.lock:
+            self.is_down = True
+            victims, self.open = self.open, set()
+            self.cut += len(victims) // 2
+        for sock in victims:
+            self._close(sock)
+        return len(victims) // 2
+
+    def up(self) -> None:
+        with self.lock:
+            self.is_down = False
+
+    def close(self) -> None:
+        self.closed = True
+        self.down()
+        self._close(self.listener)

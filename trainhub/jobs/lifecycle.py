@@ -39,7 +39,8 @@ def retry_db(fn):
             try:
                 return fn(*args, **kwargs)
             except (OperationalError, InterfaceError) as exc:
-                if time.monotonic() + delay > deadline or not connection.get_autocommit():
+                # in_atomic_block, not get_autocommit(): that reconnects, and raises while the database is down
+                if time.monotonic() + delay > deadline or connection.in_atomic_block:
                     raise  # out of time, or inside a caller's transaction, which must roll back first
                 log.warning("%s: database unavailable (%s); retrying in %.1f s", fn.__name__, exc, delay)
                 try:

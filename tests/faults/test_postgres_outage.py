@@ -1,0 +1,153 @@
+"""PostgreSQL briefly unreachable from a worker: a TCP proxy between the worker and the database
+closes every open connection and turns new ones away for a while, then lets them through again.
+
+A job printing through a cut shorter than the lease succeeds with every line once and no retry;
+the worker runs the next job. A cut longer than the lease stops the job, which the lease path
+retries. ``job_finish`` retries while the database refuses new connections.
+"""
+import threading
+import time
+
+import pytest
+from django.db import connection, connections
+
+from tests.conftest import database_url, wait_for
+from tests.faults.helpers import TcpProxy, assert_ticks_complete, script, team_workspace
+from trainhub.jobs.lifecycle import Outcome, job_finish
+from trainhub.jobs.logs import iter_all
+from trainhub.jobs.models import Job, JobEvent, Status
+from trainhub.jobs.services import job_submit
+
+pytestmark = pytest.mark.skipif(connection.vendor != "postgresql",
+                                reason="cuts TCP connections to PostgreSQL; the suite runs on SQLite "
+                                       "(set DATABASE_URL=postgres://...; the SQLite outage is "
+                                       "tests/faults/test_database_outage.py)")
+
+#: seconds the database is cut off in the first case: well under the lease (30 s), so renewals
+#: fail for a while but the lease never runs out
+SHORT_OUTAGE = 8
+#: seconds cut off in the second case: more than its lease (6 s)
+LONG_OUTAGE = 14
+
+
+@pytest.fixture
+def proxy():
+    sd = connection.settings_dict
+    proxy = TcpProxy((sd["HOST"] or "127.0.0.1", int(sd["PORT"] or 5432)))
+    yield proxy
+    proxy.close()
+
+
+def through(proxy: TcpProxy) -> str:
+    """The test database's URL with the proxy's port."""
+    head, name = database_url().rsplit("/", 1)
+    return f"{head.rsplit(':', 1)[0]}:{proxy.port}/{name}"
+
+
+def history(job_id: int) -> list[tuple[str, str]]:
+    return list(JobEvent.objects.filter(job_id=job_id).values_list("old", "new"))
+
+
+def finished(job_id: int, timeout: float):
+    return wait_for(lambda: Job.objects.filter(pk=job_id, status__in=["succeeded", "failed", "cancelled"]).first(),
+                    timeout=timeout, message=f"job {job_id} to finish")
+
+
+@pytest.mark.slow
+def test_a_job_printing_through_dropped_postgres_connections_succeeds_with_every_line_once(proxy, start_worker,
+                                                                                           cpu_pool, user, tmp_path):
+    team_workspace(tmp_path)
+    worker = start_worker("cpu", extra_env={"DATABASE_URL": through(proxy), "TRAINHUB_LEASE_SECONDS": "30",
+                                            "TRAINHUB_HEARTBEAT_SECONDS": "2"})
+    ticks = 500
+    job = job_submit(owner=user, data=script("ticker.py", str(ticks), "0.04"))  # about 20 s of printing
+    wait_for(lambda: Job.objects.get(pk=job.pk).log_lines > 40, timeout=90, message="the job to print")
+
+    cut = proxy.down()
+    time.sleep(1)  # a statement that reached the server before the cut has settled
+    stored_at_cut = Job.objects.get(pk=job.pk).log_lines
+    time.sleep(SHORT_OUTAGE - 1)
+    stored_at_end = Job.objects.get(pk=job.pk).log_lines
+    proxy.up()
+    assert cut >= 1, "the worker held no database connection to cut"
+    assert stored_at_end == stored_at_cut, "lines were stored while the database was unreachable"
+    assert proxy.turned_away >= 1, "the worker did not try to reconnect during the outage"
+
+    done = finished(job.pk, timeout=120)
+    assert done.status == Status.SUCCEEDED, done.error
+    assert done.attempt == 1 and done.exit_code == 0
+    assert history(job.pk) == [("", "queued"), ("queued", "running"), ("running", "succeeded")]
+    assert_ticks_complete(job.pk, ticks)
+    assert done.log_lines > stored_at_end  # the lines printed during the outage came afterwards
+    output = worker.output()
+    assert f"job {job.pk}: database unavailable" in output and f"job {job.pk}: database back after" in output
+
+    assert worker.proc.poll() is None, "the worker died"
+    second = job_submit(owner=user, data=script("ticker.py", "3", "0"))
+    assert finished(second.pk, timeout=60).status == Status.SUCCEEDED
+    assert_ticks_complete(second.pk, 3)
+    assert worker.proc.poll() is None
+
+
+@pytest.mark.slow
+def test_an_outage_longer_than_the_lease_stops_the_job_and_the_lease_path_retries_it(proxy, start_worker, cpu_pool,
+                                                                                     user, tmp_path):
+    team_workspace(tmp_path)
+    worker = start_worker("cpu", extra_env={"DATABASE_URL": through(proxy), "TRAINHUB_LEASE_SECONDS": "6",
+                                            "TRAINHUB_HEARTBEAT_SECONDS": "1"})
+    ticks = 300  # about 15 s: still printing when the worker gives up on its lease, 4 to 7 s into the outage
+    job = job_submit(owner=user, data=script("ticker.py", str(ticks), "0.05", max_restarts=1))
+    wait_for(lambda: Job.objects.get(pk=job.pk).log_lines > 20, timeout=90, message="the job to print")
+    assert proxy.down() >= 1
+    time.sleep(LONG_OUTAGE)
+    proxy.up()
+
+    done = finished(job.pk, timeout=120)
+    assert done.status == Status.SUCCEEDED, done.error
+    assert done.attempt == 2
+    assert history(job.pk) == [("", "queued"), ("queued", "running"), ("running", "queued"),
+                               ("queued", "running"), ("running", "succeeded")]
+    retry = JobEvent.objects.get(job_id=job.pk, old="running", new="queued").reason
+    # whichever comes first once the database is back: the worker's own stop, or the lease path
+    # (a heartbeat's reconcile) taking the expired lease away
+    assert retry.startswith("attempt 1 failed (") and retry.endswith("); retrying"), retry
+    assert ("this worker lost the job's lease: the database was unreachable" in retry
+            or ("lost worker: worker" in retry and "stopped renewing the lease" in retry)), retry
+
+    lines = [line for chunk in iter_all(job.pk) for line in chunk]
+    assert [l.seq for l in lines] == list(range(lines[0].seq, lines[0].seq + len(lines))), "the log has a gap"
+    texts = [l.text for l in lines]
+    assert any(t.startswith("stopping: this worker lost the job's lease: the database was unreachable for")
+               for t in texts), "the stop and its reason are not in the log"
+    second_attempt = next(i for i, t in enumerate(texts) if t.startswith("attempt 2: starting"))
+    assert [t for t in texts[second_attempt:] if t.startswith("tick ")] == [f"tick {i}" for i in range(ticks)]
+    assert worker.proc.poll() is None, "the worker died"
+
+
+def test_job_finish_retries_while_the_database_refuses_new_connections(transactional_db, live_settings, proxy,
+                                                                      cpu_pool, user):
+    """``retry_db`` must not reconnect while deciding whether to retry (it would raise the outage)."""
+    job = job_submit(owner=user, data={"data": {"dataset": "iris"}, "model": {"name": "logreg"}})
+    Job.objects.filter(pk=job.pk).update(status=Status.RUNNING, lease_token=1)
+    job.refresh_from_db()
+    result = {}
+
+    def finish_through_the_proxy():
+        conn = connections["default"]  # this thread's own connection, pointed at the proxy
+        conn.settings_dict = {**conn.settings_dict, "HOST": "127.0.0.1", "PORT": str(proxy.port)}
+        try:
+            result["won"] = job_finish(job, Outcome(Status.SUCCEEDED, 0, "exited with code 0"))
+        except Exception as exc:  # noqa: BLE001 — reported below
+            result["error"] = exc
+        finally:
+            conn.close()
+
+    proxy.down()
+    finisher = threading.Thread(target=finish_through_the_proxy)
+    finisher.start()
+    wait_for(lambda: proxy.turned_away >= 2, timeout=30, message="job_finish to try to connect twice")
+    proxy.up()
+    finisher.join(60)
+    assert "error" not in result, f"job_finish gave up: {result.get('error')!r}"
+    assert result["won"] is True
+    assert Job.objects.get(pk=job.pk).status == Status.SUCCEEDED
