@@ -10,6 +10,7 @@ import django
 django.setup()
 
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down  # noqa: E402
+from django.db import InterfaceError, OperationalError, connection  # noqa: E402
 
 from trainhub.jobs.lifecycle import Outcome, job_finish, job_release_gpus  # noqa: E402
 from trainhub.jobs import retention  # noqa: E402
@@ -24,17 +25,30 @@ from workers.app import app  # noqa: E402
 log = logging.getLogger(__name__)
 #: how long a message that fits nowhere waits before going back to the queue
 WAIT_SECONDS = 1.0
+#: the longest wait between claims while the database is unavailable (1, 2, 4 … s)
+CLAIM_RETRY_MAX_SECONDS = 30
 
 
-@app.task(name="trainhub.run_job", bind=True)
+@app.task(name="trainhub.run_job", bind=True, max_retries=None)
 def run_job(self, job_id: int, attempt: int = 1) -> str:
-    decision = scheduling.claim_next(job_id, attempt, hostname=self.request.hostname or "",
-                                     task_id=self.request.id or "")
-    if decision.drop:
-        return f"skipped: {decision.drop}"
-    if decision.job is None:
-        _send_again(job_id, wait=WAIT_SECONDS * random.uniform(0.8, 1.5))
-        return f"requeued: {decision.wait}"
+    try:
+        decision = scheduling.claim_next(job_id, attempt, hostname=self.request.hostname or "",
+                                         task_id=self.request.id or "")
+        if decision.drop:
+            return f"skipped: {decision.drop}"
+        if decision.job is None:
+            _send_again(job_id, wait=WAIT_SECONDS * random.uniform(0.8, 1.5))
+            return f"requeued: {decision.wait}"
+    except (OperationalError, InterfaceError) as exc:
+        # Nothing was claimed (a claim is one transaction): the message must not be used up, or
+        # the job would wait in the queue with no message. Celery sends it again, through the broker.
+        delay = min(CLAIM_RETRY_MAX_SECONDS, 2 ** min(self.request.retries, 5))
+        log.warning("job %s: database unavailable while claiming (%s); trying again in %d s", job_id, exc, delay)
+        try:
+            connection.close()  # the next query reconnects
+        except Exception:  # a broken connection may fail to close; it is discarded either way
+            pass
+        raise self.retry(countdown=delay, exc=exc) from None
     job = decision.job
     if job.pk != job_id:  # this message started a better job; its own job keeps a message
         _send_again(job_id)

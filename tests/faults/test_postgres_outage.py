@@ -151,3 +151,26 @@ def test_job_finish_retries_while_the_database_refuses_new_connections(transacti
     assert "error" not in result, f"job_finish gave up: {result.get('error')!r}"
     assert result["won"] is True
     assert Job.objects.get(pk=job.pk).status == Status.SUCCEEDED
+
+
+@pytest.mark.slow
+def test_a_job_whose_message_arrives_while_the_database_is_down_runs_once_it_is_back(proxy, start_worker, cpu_pool,
+                                                                                    user, tmp_path):
+    """The claim fails: the message must not be used up (the job would wait forever without one)."""
+    from trainhub.pools.models import Worker
+
+    team_workspace(tmp_path)
+    worker = start_worker("cpu", extra_env={"DATABASE_URL": through(proxy), "TRAINHUB_HEARTBEAT_SECONDS": "1"})
+    wait_for(lambda: Worker.objects.filter(pool=cpu_pool).exists(), timeout=60, message="the worker to register")
+    proxy.down()
+    job = job_submit(owner=user, data=script("ticker.py", "5", "0"))  # sent through Redis, which is up
+    time.sleep(6)  # the worker has the message and has tried to claim it, more than once
+    assert Job.objects.get(pk=job.pk).status == Status.QUEUED
+    proxy.up()
+
+    done = finished(job.pk, timeout=60)
+    assert f"job {job.pk}: database unavailable while claiming" in worker.output()
+    assert done.status == Status.SUCCEEDED, done.error
+    assert history(job.pk) == [("", "queued"), ("queued", "running"), ("running", "succeeded")]
+    assert_ticks_complete(job.pk, 5)
+    assert worker.proc.poll() is None, "the worker died"
