@@ -126,11 +126,14 @@ def _trim_logs(job: Job) -> None:
     """Cut a finished job's log to its pool's ``log_retention_lines`` (the first and the newest
     lines, one marker line where the middle was — the log pipeline's own cut, see retention.py)."""
     keep = job.pool.log_retention_lines
-    if not keep or Job.objects.filter(pk=job.pk, status__in=[Status.QUEUED, Status.RUNNING]).exists():
-        return
-    last = LogLine.objects.filter(job_id=job.pk).order_by("-seq").values_list("seq", flat=True).first()
-    if last is not None:
-        retention.enforce(job.pk, last + 1, keep, job.pool.name)
+    try:
+        if not keep or Job.objects.filter(pk=job.pk, status__in=[Status.QUEUED, Status.RUNNING]).exists():
+            return
+        last = LogLine.objects.filter(job_id=job.pk).order_by("-seq").values_list("seq", flat=True).first()
+        if last is not None:
+            retention.enforce(job.pk, last + 1, keep, job.pool.name)
+    except (OperationalError, InterfaceError) as exc:  # the job is final already; the cut can wait
+        log.warning("job %s: log not cut to the pool's retention, database unavailable (%s)", job.pk, exc)
 
 
 @worker_ready.connect

@@ -5,9 +5,10 @@ import logging
 import os
 import platform
 import threading
+import time
 from importlib import metadata
 
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
 from django.utils import timezone
 
 from trainhub.pools import gpus
@@ -65,14 +66,29 @@ def _beat(hostname: str) -> None:
     from trainhub.jobs.lifecycle import jobs_reconcile
 
     stop = threading.Event()
+    failing_since = None
     while not stop.wait(HEARTBEAT_SECONDS):
-        close_old_connections()
         try:
+            close_old_connections()
             Worker.objects.filter(hostname=hostname).update(last_heartbeat=timezone.now())
             jobs_reconcile()
             leases_sweep()
-        except Exception:  # the database is briefly away: try again next beat
-            log.warning("heartbeat of %s failed; retrying", hostname, exc_info=True)
+        except (OperationalError, InterfaceError) as exc:  # the database is briefly away: next beat
+            if failing_since is None:  # once per outage, not a traceback every beat
+                failing_since = time.monotonic()
+                log.warning("heartbeat of %s failed: database unavailable (%s); retrying every %s s",
+                            hostname, exc, HEARTBEAT_SECONDS)
+            try:
+                connection.close()
+            except Exception:  # a broken connection may fail to close; it is discarded either way
+                pass
+            continue
+        except Exception:  # a bug must not end the heartbeat (the worker would look dead)
+            log.exception("heartbeat of %s failed; retrying", hostname)
+            continue
+        if failing_since is not None:
+            log.warning("heartbeat of %s: database back after %.0f s", hostname, time.monotonic() - failing_since)
+            failing_since = None
 
 
 def online_workers(pool: WorkerPool):
