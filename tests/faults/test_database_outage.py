@@ -125,7 +125,7 @@ def test_job_finish_retries_through_a_short_outage(transactional_db, execution, 
 def test_a_job_printing_through_a_locked_database_succeeds_with_every_line_once(start_worker, cpu_pool, user,
                                                                                  tmp_path):
     if connection.vendor != "sqlite":
-        pytest.skip("locks the SQLite file; on PostgreSQL the unit tests above cover the retry path")
+        pytest.skip("locks the SQLite file; on PostgreSQL tests/faults/test_postgres_outage.py cuts the connections instead")
     team_workspace(tmp_path)
     # a long lease: the lock outlasts SQLite's 30 s busy timeout, so the worker sees real errors
     start_worker("cpu", extra_env={"TRAINHUB_LEASE_SECONDS": "120", "TRAINHUB_HEARTBEAT_SECONDS": "2"})
