@@ -124,11 +124,15 @@ def start_worker(live_settings, transactional_db, tmp_path):
     """Start real Celery workers (`manage.py runworker`) sharing the test database and Redis."""
     workers: list[WorkerProcess] = []
 
-    def start(pool: str = "cpu", slots: int = 1, name: str = "", extra_env: dict | None = None) -> WorkerProcess:
+    def start(pool: str = "cpu", slots: int = 1, name: str = "", extra_env: dict | None = None,
+              prefix: tuple[str, ...] = ()) -> WorkerProcess:
+        """``prefix``: a command the worker runs under, e.g. ``setpriv`` with fewer privileges."""
         env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": live_settings.REDIS_URL,
                "TRAINHUB_RUNS_DIR": str(live_settings.TRAINHUB_RUNS_DIR), "PYTHONUNBUFFERED": "1",
                "TRAINHUB_VAR_DIR": os.environ.get("TRAINHUB_VAR_DIR", str(ROOT / "var")), **(extra_env or {})}
-        worker = WorkerProcess(pool, env, tmp_path / f"worker-{len(workers)}.log", slots, name).start()
+        worker = WorkerProcess(pool, env, tmp_path / f"worker-{len(workers)}.log", slots, name)
+        worker.argv[:0] = prefix
+        worker.start()
         workers.append(worker)
         return worker
 

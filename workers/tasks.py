@@ -1,15 +1,17 @@
 """Celery tasks: thin. Load the job, claim it, hand it to the executor, record the outcome."""
 from __future__ import annotations
 
+import ctypes
 import logging
 import random
+import sys
 import time
 
 import django
 
 django.setup()
 
-from celery.signals import worker_ready, worker_shutdown, worker_shutting_down  # noqa: E402
+from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down  # noqa: E402
 from django.db import InterfaceError, OperationalError, connection  # noqa: E402
 
 from trainhub.jobs.lifecycle import Outcome, job_finish, job_release_gpus  # noqa: E402
@@ -25,6 +27,7 @@ from workers.app import app  # noqa: E402
 log = logging.getLogger(__name__)
 #: how long a message that fits nowhere waits before going back to the queue
 WAIT_SECONDS = 1.0
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 #: the longest wait between claims while the database is unavailable (1, 2, 4 … s)
 CLAIM_RETRY_MAX_SECONDS = 30
 
@@ -134,6 +137,21 @@ def _trim_logs(job: Job) -> None:
             retention.enforce(job.pk, last + 1, keep, job.pool.name)
     except (OperationalError, InterfaceError) as exc:  # the job is final already; the cut can wait
         log.warning("job %s: log not cut to the pool's retention, database unavailable (%s)", job.pk, exc)
+
+
+@worker_init.connect
+def _close_to_jobs(**_):
+    """Training code runs as the worker's user. Marked non-dumpable, the worker's
+    ``/proc/<pid>/environ`` and memory are closed to processes of that user without
+    CAP_SYS_PTRACE, so a job cannot read the ``DATABASE_URL`` or ``REDIS_URL`` the worker holds
+    (the executor already leaves them out of the job's own environment). Jobs themselves start
+    dumpable again (``execve`` resets it)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        log.warning("could not mark the worker non-dumpable (errno %s): jobs of this user may read its environment",
+                    ctypes.get_errno())
 
 
 @worker_ready.connect
