@@ -39,6 +39,7 @@ BARE_DDP = textwrap.dedent("""
     tr, va = order[n_val:], order[:n_val]
     mean, std = x[tr].mean(0), x[tr].std(0) + 1e-6; x = (x - mean) / std
     train = TensorDataset(torch.from_numpy(x[tr]), torch.from_numpy(y[tr]))
+    val = TensorDataset(torch.from_numpy(x[va]), torch.from_numpy(y[va]))
     model = DDP(nn.Sequential(nn.Linear(20, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 4)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=0)
@@ -48,8 +49,10 @@ BARE_DDP = textwrap.dedent("""
         for xb, yb in loader:
             loss = F.cross_entropy(model(xb), yb)
             loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        with torch.no_grad():  # every rank evaluates the whole validation split, as the runner does
+            acc = sum(int((model(a).argmax(-1) == b).sum()) for a, b in DataLoader(val, batch_size=batch)) / len(val)
         if rank == 0:
-            print(f"epoch {epoch + 1} loss={loss.item():.3f}", flush=True)
+            print(f"epoch {epoch + 1} loss={loss.item():.3f} val_acc={acc:.3f}", flush=True)
     if rank == 0:
         torch.save(model.module.state_dict(), "model.pt")
     dist.destroy_process_group()

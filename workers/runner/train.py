@@ -23,6 +23,10 @@ from workers.runner.data import Datasets
 from workers.runner.report import Reporter
 from workers.runner.strategies import STRATEGIES
 
+#: training time between two agreed stop checks of a multi-rank run (well inside the kill grace)
+STOP_CHECK_SECONDS = 0.5
+STOP_CHECK_MAX_STEPS = 1000
+
 
 class Interrupted(Exception):
     """SIGTERM/SIGINT stopped the run after (if it could) writing a checkpoint."""
@@ -56,6 +60,7 @@ class Runner:
         self.step = self.epoch = self.micro = 0
         self.saved_step = -1
         self.last_metrics: dict[str, float] = {}
+        self.stop_check = (0, 0, time.monotonic())  # next step to check, last checked step, when
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> dict[str, float]:
@@ -188,8 +193,23 @@ class Runner:
         return str(path.relative_to(self.args.run_dir))
 
     def _stop_requested(self) -> bool:
-        flag = 1.0 if signals.requested() else 0.0
-        return self.strategy.all_reduce([flag], op="max")[0] > 0
+        """Whether any rank was asked to stop (SIGTERM/SIGINT). Ranks must agree — a rank that
+        stopped alone would leave the others waiting in a collective — so with several ranks it
+        is a collective: not at every step (a collective and, on a GPU, a device sync each), but
+        every k steps, with k agreed at each check so that checks come about every
+        ``STOP_CHECK_SECONDS`` of training."""
+        if self.strategy.world_size == 1:
+            return signals.requested()
+        due, last_step, last_time = self.stop_check
+        if self.step < due:
+            return False
+        now = time.monotonic()
+        per_step = (now - last_time) / max(1, self.step - last_step)
+        wanted = max(1, min(STOP_CHECK_MAX_STEPS, int(STOP_CHECK_SECONDS / max(per_step, 1e-6))))
+        # one MAX reduction: any rank's stop flag, and the smallest k any rank wants (as -k)
+        flag, neg_k = self.strategy.all_reduce([1.0 if signals.requested() else 0.0, -float(wanted)], op="max")
+        self.stop_check = (self.step + int(-neg_k), self.step, now)
+        return flag > 0
 
     def _optimizer(self, params) -> torch.optim.Optimizer:
         t = self.spec.train
