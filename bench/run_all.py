@@ -1,7 +1,7 @@
 """`make bench`: every CPU benchmark in turn, at the sizes docs/BENCHMARKS.md reports.
 
 Each prints its own Markdown table; copy them into docs/BENCHMARKS.md with the date and the
-machine. The GPU check (bench/gpu_check.sh) runs only on a GPU host and is not included.
+machine. The GPU checks (bench/gpu_check.sh, bench/gpu_paths.py) run only on a GPU host and are not included.
 """
 import subprocess
 import sys
@@ -11,13 +11,14 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNS = [
     ["submit_latency.py", "--jobs", "20"],
     ["runner_overhead.py"],
-    ["dashboard_overhead.py"],
+    ["dashboard_overhead.py", "--repeats", "7", "--epochs", "5"],
     ["log_latency.py", "--seconds", "10"],
     ["log_throughput.py", "--lines", "1000000"],
     ["log_fanout.py", "--viewers", "200", "--rate", "100"],
     ["log_page.py", "--lines", "1000000"],
     ["log_overhead.py", "--steps", "1500", "--runs", "3"],
     ["scheduling.py", "--jobs", "1000", "--slots", "2"],
+    ["job_list.py", "--jobs", "100000", "--runs", "15"],
     ["llm_throughput.py", "--size", "small", "--seq-len", "256", "--batch", "8", "--steps", "10", "--via", "direct"],
 ]
 
