@@ -228,3 +228,33 @@ def test_staff_drains_a_pool_in_the_admin(browser_page, web, cpu_pool, user):
     page.click("button[name=index]")
     page.wait_for_load_state()
     assert WorkerPool.objects.get(pk=cpu_pool.pk).state == "draining"
+
+
+def test_the_keyboard_reaches_search_new_job_and_the_first_error(browser_page, web, cpu_pool, user):
+    from trainhub.jobs import logs
+    from trainhub.jobs.models import Job
+
+    job = Job.objects.create(owner=user, name="broken-run", mode="centralized", spec={"name": "broken-run"},
+                             pool=cpu_pool, status="failed", error="exited with code 1")
+    logs.append_lines(job.pk, [(i, 0, "o", f"step {i}") for i in range(40)]
+                      + [(40, 0, "e", "Traceback (most recent call last):"), (41, 0, "e", "ValueError: bad")])
+    page = browser_page
+    log_in(page, web.url, "alice", "correct-horse-battery")
+
+    page.keyboard.press("Tab")  # the first stop is the skip link, for keyboard and screen-reader users
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.getAttribute('name')") == "q"
+    page.keyboard.type("broken")  # typed into the search, not taken as shortcuts ("n" is New job)
+    page.wait_for_url(re.compile(r".*q=broken.*"))
+    assert page.url.startswith(web.url + "/?") and "/jobs/new" not in page.url
+    page.keyboard.press("Escape")  # leaves the field; keys are shortcuts again
+    page.keyboard.press("?")
+    help_box = page.locator("#key-help")
+    assert help_box.is_visible() and "New job" in help_box.text_content()
+    page.keyboard.press("n")
+    page.wait_for_url(web.url + "/jobs/new")
+
+    page.goto(f"{web.url}/jobs/{job.pk}")
+    page.keyboard.press("e")
+    page.wait_for_url(re.compile(rf".*/jobs/{job.pk}\?line=40#L40$"))

@@ -1,0 +1,48 @@
+// Keyboard shortcuts, declared in the templates: an element with data-key="x" is activated
+// by pressing x (an input or select is focused, anything else clicked). "?" lists them.
+// Keys typed into a field, or with Ctrl/Alt/Meta, are left alone.
+(function () {
+  "use strict";
+  function typing(el) {
+    return el && (el.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(el.tagName));
+  }
+  function targets() {
+    return Array.prototype.filter.call(document.querySelectorAll("[data-key]"), function (el) {
+      return !el.hidden && el.offsetParent !== null;  // only what is on screen
+    });
+  }
+  function help() {
+    var box = document.getElementById("key-help");
+    if (box) { box.remove(); return; }
+    box = document.createElement("div");
+    box.id = "key-help";
+    box.className = "card key-help";
+    box.setAttribute("role", "dialog");
+    box.setAttribute("aria-label", "Keyboard shortcuts");
+    var list = document.createElement("dl");
+    targets().concat([{dataset: {key: "?"}, getAttribute: function () { return "show or hide this list"; }}])
+      .forEach(function (el) {
+        var dt = document.createElement("dt"), dd = document.createElement("dd"), kbd = document.createElement("kbd");
+        kbd.textContent = el.dataset.key;
+        dt.appendChild(kbd);
+        dd.textContent = el.getAttribute("data-key-label") || el.getAttribute("aria-label") ||
+          (el.textContent || "").trim() || el.getAttribute("placeholder") || "";
+        list.appendChild(dt);
+        list.appendChild(dd);
+      });
+    box.appendChild(list);
+    document.body.appendChild(box);
+  }
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.altKey || event.metaKey || typing(event.target)) {
+      if (event.key === "Escape" && typing(event.target)) event.target.blur();
+      return;
+    }
+    if (event.key === "Escape") { var open = document.getElementById("key-help"); if (open) open.remove(); return; }
+    if (event.key === "?") { event.preventDefault(); help(); return; }
+    var el = targets().filter(function (t) { return t.dataset.key === event.key; })[0];
+    if (!el) return;
+    event.preventDefault();
+    if (typing(el)) { el.focus(); if (el.select) el.select(); } else { el.click(); }
+  });
+})();
