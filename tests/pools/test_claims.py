@@ -126,3 +126,22 @@ def test_a_multi_node_job_is_joined_not_started_until_its_gang_is_complete(gpu_p
     second = claim_next(job.pk, 1, hostname="b@test")
     assert second.member.node_rank == 1
     assert GangMember.objects.filter(job=job).count() == 2 and GpuLease.objects.count() == 4
+
+
+def test_a_worker_shutting_down_does_not_use_up_the_jobs_retries(cpu_pool, user):
+    from trainhub.jobs.lifecycle import Outcome, job_claim, job_finish
+
+    job = job_submit(owner=user, data={**TINY, "max_restarts": 1})
+
+    def run_once(outcome):
+        claimed = job_claim(job.pk, Job.objects.get(pk=job.pk).attempt, hostname="w@test")
+        assert claimed is not None
+        assert job_finish(claimed, outcome)
+        return Job.objects.get(pk=job.pk)
+
+    after = run_once(Outcome("queued", -15, "the worker shut down; the job goes back to the queue"))
+    assert (after.status, after.attempt, after.interruptions) == ("queued", 2, 1)
+    after = run_once(Outcome("failed", 1, "exited with code 1"))
+    assert (after.status, after.attempt) == ("queued", 3)  # its one retry, still there after the shutdown
+    after = run_once(Outcome("failed", 1, "exited with code 1"))
+    assert after.status == "failed" and after.error == "exited with code 1"  # the retry is used up now

@@ -116,11 +116,14 @@ def job_finish(job: Job, outcome: Outcome) -> bool:
         new = Status.CANCELLED if outcome.status != Status.SUCCEEDED else Status.SUCCEEDED
         return after_final(job, job.transition(new, reason=outcome.reason, exit_code=outcome.exit_code))
     interrupted = outcome.status == Status.QUEUED
-    retry = outcome.status == Status.FAILED and job.attempt <= int(job.spec.get("max_restarts", 0))
+    failures = job.attempt - job.interruptions  # runs that ended through the job's fault, this one included
+    retry = outcome.status == Status.FAILED and failures <= int(job.spec.get("max_restarts", 0))
     if interrupted or retry:
         why = outcome.reason if interrupted else f"attempt {job.attempt} failed ({outcome.reason}); retrying"
+        # a new attempt number either way: the old run message becomes a no-op (the claim compares it)
         won = job.transition(Status.QUEUED, reason=why,
                              exit_code=outcome.exit_code, error=outcome.reason, attempt=F("attempt") + 1,
+                             interruptions=F("interruptions") + int(interrupted),
                              lease_expires_at=None, worker=None, celery_task_id="")  # sent again below
         if won:
             job.refresh_from_db()

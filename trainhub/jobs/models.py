@@ -44,6 +44,9 @@ class Job(models.Model):
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     priority = models.IntegerField(default=0)
     attempt = models.PositiveIntegerField(default=1)
+    interruptions = models.PositiveIntegerField(
+        default=0, help_text="runs stopped through no fault of the job (its worker shut down) and put back in the "
+                             "queue; they do not count against max_restarts")
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
