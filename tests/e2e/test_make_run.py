@@ -29,11 +29,22 @@ def answers(url: str) -> bool:
 class Up:
     def __init__(self, env: dict, log):
         self.log = log
+        # started with SIGINT ignored, as a shell's background job or a CI runner may start it:
+        # Ctrl-C must still stop it (Python keeps an inherited SIG_IGN unless told otherwise)
         self.proc = subprocess.Popen([sys.executable, "manage.py", "up"], cwd=ROOT, env=env,
-                                     stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+                                     stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """After a failure: nothing it started may outlive the test (the children have sessions of their own)."""
+        for proc in self.family() + [psutil.Process(self.proc.pid)] if self.proc.poll() is None else []:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
 
     def family(self) -> list[psutil.Process]:
         try:
@@ -76,8 +87,7 @@ def test_make_run_brings_everything_up_runs_a_job_and_ctrl_c_stops_it_all(up_env
         first.proc.send_signal(signal.SIGINT)  # what Ctrl-C in the terminal sends
         assert first.proc.wait(30) == 0
     finally:
-        if first.proc.poll() is None:
-            first.proc.kill()
+        first.kill()
     wait_for(lambda: not [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE],
              timeout=20, message="every process `make run` started to stop")
     assert not answers(base + "/login")
@@ -91,5 +101,4 @@ def test_make_run_brings_everything_up_runs_a_job_and_ctrl_c_stops_it_all(up_env
         second.proc.send_signal(signal.SIGTERM)
         assert second.proc.wait(30) == 0
     finally:
-        if second.proc.poll() is None:
-            second.proc.kill()
+        second.kill()

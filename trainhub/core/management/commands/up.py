@@ -36,6 +36,9 @@ class Command(BaseCommand):
         if "REDIS_URL" not in os.environ:
             env["REDIS_URL"] = self._start_embedded_redis()
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        # Ctrl-C, also when started where SIGINT is ignored (a shell's background job, some CI
+        # runners): Python keeps an inherited SIG_IGN, and then nothing would stop the children
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             if not no_worker:
                 self._spawn("worker", [sys.executable, "manage.py", "runworker", "--pool", "cpu"], env)
