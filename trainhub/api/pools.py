@@ -17,7 +17,8 @@ def list_pools(request):
     staff = request.auth.is_staff
     pools = WorkerPool.objects.annotate(
         queued=Count("jobs", filter=Q(jobs__status=Status.QUEUED)),
-        running=Count("jobs", filter=Q(jobs__status__in=[Status.RUNNING, Status.CANCELLING])))
+        running=Count("jobs", filter=Q(jobs__status__in=[Status.RUNNING, Status.CANCELLING]))
+    ).order_by("name")  # explicit: Meta.ordering does not apply to a GROUP BY query
     if not staff:
         pools = [p for p in pools.filter(enabled=True).prefetch_related("groups")
                  if p.accepts_submissions and p.may_submit(request.auth)]

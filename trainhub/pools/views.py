@@ -19,7 +19,8 @@ RUNNING = [Status.RUNNING, Status.CANCELLING]
 def _pools():
     return WorkerPool.objects.annotate(
         queued=Count("jobs", filter=Q(jobs__status=Status.QUEUED), distinct=True),
-        running=Count("jobs", filter=Q(jobs__status__in=RUNNING), distinct=True))
+        running=Count("jobs", filter=Q(jobs__status__in=RUNNING), distinct=True)
+    ).order_by("name")  # explicit: Meta.ordering does not apply to a GROUP BY query
 
 
 @staff_member_required
