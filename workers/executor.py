@@ -11,7 +11,6 @@ import os
 import shutil
 import queue
 import select
-import shutil
 import signal
 import sys
 import threading
@@ -20,10 +19,10 @@ from pathlib import Path
 from subprocess import PIPE, Popen
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import connection
 
 from trainhub.jobs import logs, retention
-from trainhub.jobs.lifecycle import Outcome, job_renew
+from trainhub.jobs.lifecycle import DB_ERRORS, Outcome, drop_connection, job_renew
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
 from workers import launch
@@ -40,7 +39,6 @@ FLUSH_MAX = 20_000
 #: lines kept in memory while the database is unavailable; beyond it new lines are counted,
 #: not kept, and a marker line says how many were dropped
 PENDING_MAX = 200_000
-DB_ERRORS = (OperationalError, InterfaceError)
 DB_BACKOFF_MAX = 5.0  # seconds between retries while the database is unavailable
 DISK_FULL_MARKERS = ("no space left on device", "errno 28", "file too large", "errno 27", "disk quota exceeded")
 #: set when the worker is shutting down: running jobs stop and go back to the queue
@@ -177,6 +175,15 @@ def _pump(pipe, stream: str, out: queue.Queue) -> None:
     pipe.close()
 
 
+def pump_output(proc: Popen, out: queue.Queue) -> list[threading.Thread]:
+    """A reader thread per pipe of ``proc`` (stdout as "o", stderr as "e"), putting lines on ``out``."""
+    readers = [threading.Thread(target=_pump, args=(pipe, stream, out), daemon=True)
+               for pipe, stream in ((proc.stdout, "o"), (proc.stderr, "e"))]
+    for reader in readers:
+        reader.start()
+    return readers
+
+
 class Execution:
     def __init__(self, job: Job, env_extra: dict[str, str] | None = None, launch_kwargs: dict | None = None):
         self.job = job
@@ -259,10 +266,7 @@ class Execution:
         self.db_backoff = min(DB_BACKOFF_MAX, max(0.1, self.db_backoff * 2))
         self.db_retry_at = now + self.db_backoff
         if not connection.in_atomic_block:
-            try:
-                connection.close()  # the next query reconnects
-            except Exception:  # a broken connection may fail to close; it is discarded either way
-                pass
+            drop_connection()
 
     def _db_ok(self) -> None:
         if self.db_down_since is not None:
@@ -327,10 +331,7 @@ class Execution:
         guarded = [sys.executable, "-m", "workers.guard", str(os.getpid()), "--", *argv]
         self.proc = Popen(guarded, stdout=PIPE, stderr=PIPE, cwd=launch.cwd(self.spec, self.run_dir, workspace_dir),
                           env=env, start_new_session=True)
-        for pipe, stream in ((self.proc.stdout, "o"), (self.proc.stderr, "e")):
-            reader = threading.Thread(target=_pump, args=(pipe, stream, self.lines), daemon=True)
-            reader.start()
-            self.readers.append(reader)
+        self.readers.extend(pump_output(self.proc, self.lines))
 
     def _seed_checkpoint(self) -> None:
         """``checkpoint.start_from``: copy another job's checkpoint in, so the runner resumes from it.

@@ -50,10 +50,7 @@ def run_node(job: Job, *, launch_kwargs: dict, env_extra: dict[str, str]) -> Out
     proc = Popen([sys.executable, "-m", "workers.guard", str(os.getpid()), "--", *argv], stdout=PIPE, stderr=PIPE,
                  cwd=launch.cwd(spec, run_dir, workspace), env=env, start_new_session=True)
     lines: queue.Queue = queue.Queue()
-    readers = [threading.Thread(target=executor._pump, args=(pipe, stream, lines), daemon=True)
-               for pipe, stream in ((proc.stdout, "o"), (proc.stderr, "e"))]
-    for reader in readers:
-        reader.start()
+    readers = executor.pump_output(proc, lines)
     sender = gang_logs.Sender(job.pk, job.lease_token, rank, first_rank=rank * spec.resources.procs_per_node)
     owned = Job.objects.filter(pk=job.pk, lease_token=job.lease_token, status=Status.RUNNING)
     stopped = False

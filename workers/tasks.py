@@ -12,9 +12,8 @@ import django
 django.setup()
 
 from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down  # noqa: E402
-from django.db import InterfaceError, OperationalError, connection  # noqa: E402
 
-from trainhub.jobs.lifecycle import Outcome, job_finish, job_release_gpus  # noqa: E402
+from trainhub.jobs.lifecycle import DB_ERRORS, Outcome, drop_connection, job_finish, job_release_gpus  # noqa: E402
 from trainhub.jobs import retention  # noqa: E402
 from trainhub.jobs.models import Job, LogLine, Status  # noqa: E402
 from trainhub.jobs.services import job_enqueue  # noqa: E402
@@ -42,15 +41,12 @@ def run_job(self, job_id: int, attempt: int = 1) -> str:
         if decision.job is None:
             _send_again(job_id, wait=WAIT_SECONDS * random.uniform(0.8, 1.5))
             return f"requeued: {decision.wait}"
-    except (OperationalError, InterfaceError) as exc:
+    except DB_ERRORS as exc:
         # Nothing was claimed (a claim is one transaction): the message must not be used up, or
         # the job would wait in the queue with no message. Celery sends it again, through the broker.
         delay = min(CLAIM_RETRY_MAX_SECONDS, 2 ** min(self.request.retries, 5))
         log.warning("job %s: database unavailable while claiming (%s); trying again in %d s", job_id, exc, delay)
-        try:
-            connection.close()  # the next query reconnects
-        except Exception:  # a broken connection may fail to close; it is discarded either way
-            pass
+        drop_connection()
         raise self.retry(countdown=delay, exc=exc) from None
     job = decision.job
     if job.pk != job_id:  # this message started a better job; its own job keeps a message
@@ -135,7 +131,7 @@ def _trim_logs(job: Job) -> None:
         last = LogLine.objects.filter(job_id=job.pk).order_by("-seq").values_list("seq", flat=True).first()
         if last is not None:
             retention.enforce(job.pk, last + 1, keep, job.pool.name)
-    except (OperationalError, InterfaceError) as exc:  # the job is final already; the cut can wait
+    except DB_ERRORS as exc:  # the job is final already; the cut can wait
         log.warning("job %s: log not cut to the pool's retention, database unavailable (%s)", job.pk, exc)
 
 

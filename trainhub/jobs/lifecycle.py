@@ -26,6 +26,18 @@ log = logging.getLogger(__name__)
 DB_RETRY_SECONDS = 60.0
 
 
+#: what a database that is briefly unavailable raises
+DB_ERRORS = (OperationalError, InterfaceError)
+
+
+def drop_connection() -> None:
+    """Discard this thread's database connection after an outage error; the next query reconnects."""
+    try:
+        connection.close()
+    except Exception:  # a broken connection may fail to close; it is discarded either way
+        pass
+
+
 def retry_db(fn):
     """Retry ``fn`` with backoff while the database is unavailable (up to ``DB_RETRY_SECONDS``).
 
@@ -38,15 +50,12 @@ def retry_db(fn):
         while True:
             try:
                 return fn(*args, **kwargs)
-            except (OperationalError, InterfaceError) as exc:
+            except DB_ERRORS as exc:
                 # in_atomic_block, not get_autocommit(): that reconnects, and raises while the database is down
                 if time.monotonic() + delay > deadline or connection.in_atomic_block:
                     raise  # out of time, or inside a caller's transaction, which must roll back first
                 log.warning("%s: database unavailable (%s); retrying in %.1f s", fn.__name__, exc, delay)
-                try:
-                    connection.close()
-                except Exception:  # a broken connection may fail to close; it is discarded either way
-                    pass
+                drop_connection()
                 time.sleep(delay)
                 delay = min(5.0, delay * 2)
     return wrapper

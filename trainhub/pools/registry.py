@@ -8,7 +8,7 @@ import threading
 import time
 from importlib import metadata
 
-from django.db import InterfaceError, OperationalError, close_old_connections, connection
+from django.db import close_old_connections
 from django.utils import timezone
 
 from trainhub.pools import gpus
@@ -63,7 +63,7 @@ def leases_sweep() -> int:
 
 
 def _beat(hostname: str) -> None:
-    from trainhub.jobs.lifecycle import jobs_reconcile
+    from trainhub.jobs.lifecycle import DB_ERRORS, drop_connection, jobs_reconcile
 
     stop = threading.Event()
     failing_since = None
@@ -73,15 +73,12 @@ def _beat(hostname: str) -> None:
             Worker.objects.filter(hostname=hostname).update(last_heartbeat=timezone.now())
             jobs_reconcile()
             leases_sweep()
-        except (OperationalError, InterfaceError) as exc:  # the database is briefly away: next beat
+        except DB_ERRORS as exc:  # the database is briefly away: next beat
             if failing_since is None:  # once per outage, not a traceback every beat
                 failing_since = time.monotonic()
                 log.warning("heartbeat of %s failed: database unavailable (%s); retrying every %s s",
                             hostname, exc, HEARTBEAT_SECONDS)
-            try:
-                connection.close()
-            except Exception:  # a broken connection may fail to close; it is discarded either way
-                pass
+            drop_connection()
             continue
         except Exception:  # a bug must not end the heartbeat (the worker would look dead)
             log.exception("heartbeat of %s failed; retrying", hostname)
