@@ -25,7 +25,9 @@ run: $(STAMP)
 	$(PY) manage.py up
 
 browsers:
-	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || echo "chromium could not be installed: browser tests will be skipped"
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+		if [ "$$CI" = true ]; then echo "CI=true: chromium could not be installed (apt-get install chromium chromium-driver); the browser tests are required"; exit 1; \
+		else echo "== chromium could not be installed: browser tests will be SKIPPED"; fi
 
 TEST_PG ?= $(or $(TRAINHUB_TEST_POSTGRES_URL),postgres://postgres@127.0.0.1:5432/test)
 
@@ -38,6 +40,7 @@ test-postgres: $(DEV_STAMP)
 	@if $(PY) -c "import psycopg,sys; psycopg.connect(sys.argv[1], connect_timeout=3).close()" "$(TEST_PG)" 2>/dev/null; then \
 		echo "== PostgreSQL: $(TEST_PG)"; \
 		DATABASE_URL="$(TEST_PG)" $(PY) -m pytest --ignore=tests/runner -m "not browser"; \
+	elif [ "$$CI" = true ]; then echo "CI=true: PostgreSQL at $(TEST_PG) does not answer; the PostgreSQL pass is required (set TRAINHUB_TEST_POSTGRES_URL)"; exit 1; \
 	else echo "== PostgreSQL at $(TEST_PG) does not answer: PostgreSQL run SKIPPED (set TRAINHUB_TEST_POSTGRES_URL)"; fi
 
 test-fast: $(DEV_STAMP)
