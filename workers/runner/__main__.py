@@ -10,6 +10,7 @@ import sys
 import traceback
 
 from workers import runner
+from workers.runner import fence
 from workers.runner.config import SpecError
 from workers.runner.signals import EXIT_INTERRUPTED
 
@@ -48,6 +49,9 @@ def train(args: runner.Arguments) -> int:
     except Interrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
+    except fence.Superseded as exc:
+        print(f"superseded: {exc}", file=sys.stderr, flush=True)
+        return fence.EXIT_SUPERSEDED
     except SpecError as exc:
         _report_end(args, exc, "spec error: " + str(exc))
         return _spec_error(exc)
