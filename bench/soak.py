@@ -68,7 +68,8 @@ def main() -> int:
     from trainhub.jobs.logs import iter_all
     from trainhub.jobs.models import Job, JobEvent
     from trainhub.jobs.services import job_cancel, job_submit
-    from trainhub.pools.models import GpuLease, WorkerPool
+    from trainhub.pools.models import WorkerPool
+    from trainhub.runs.models import GpuLease
 
     WorkerPool.objects.get_or_create(name="cpu", defaults={"kind": "cpu", "queue": "cpu"})
     user = get_user_model().objects.create_user("soak", password="soak-password-1")

@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "trainhub.core",
     "trainhub.pools",
     "trainhub.jobs",
+    "trainhub.runs",
     "trainhub.api",
     "trainhub.notify",
 ]

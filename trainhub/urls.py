@@ -17,7 +17,7 @@ urlpatterns = [
     re_path(r"^api/(?P<rest>[\s\S]*)\Z", api_errors.not_found),
     path("tokens/", include("trainhub.api.urls")),
     path("templates/", include("trainhub.jobs.template_views")),
-    path("pools/", include("trainhub.pools.views")),
+    path("pools/", include("trainhub.runs.pool_views")),
     path("notifications/", include("trainhub.notify.urls")),
     path("", include("trainhub.jobs.urls")),
 ]

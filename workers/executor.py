@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import connection
 
 from trainhub.jobs import logs, retention
-from trainhub.jobs.lifecycle import DB_ERRORS, Outcome, drop_connection, job_renew
+from trainhub.runs.lifecycle import DB_ERRORS, Outcome, drop_connection, job_renew
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
 from workers import launch

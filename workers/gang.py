@@ -19,7 +19,7 @@ from subprocess import PIPE, Popen
 
 from django.conf import settings
 
-from trainhub.jobs.lifecycle import Outcome
+from trainhub.runs.lifecycle import Outcome
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
 from workers import executor, gang_logs, launch

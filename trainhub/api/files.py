@@ -5,7 +5,7 @@ from django.http import FileResponse, StreamingHttpResponse
 from ninja import Router
 from ninja.errors import HttpError
 
-from trainhub.api import rundir
+from trainhub.jobs import rundir
 from trainhub.api.schemas import CheckpointOut, FileOut, responses
 from trainhub.api.views_common import job_for
 

@@ -5,6 +5,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from trainhub.jobs.signals import job_finished
 from trainhub.pools.models import Worker, WorkerPool
 
 
@@ -72,6 +73,14 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"
 
+    @classmethod
+    def submit(cls, *, owner, reason: str = "submitted", **fields) -> Job:
+        """Create a job in ``queued`` with its first ``JobEvent`` (∅ → queued), in one transaction."""
+        with transaction.atomic():
+            job = cls.objects.create(owner=owner, status=Status.QUEUED, **fields)
+            JobEvent.objects.create(job=job, old="", new=Status.QUEUED, reason=reason[:2000], actor=owner)
+        return job
+
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE
@@ -94,7 +103,8 @@ class Job(models.Model):
 
         A compare-and-set on the row: returns False, changing nothing, when the row is no
         longer in the expected status (someone else moved it first). Every successful
-        transition writes a ``JobEvent``. ``fields`` are updated in the same statement.
+        transition writes a ``JobEvent``. ``fields`` are updated in the same statement. A final
+        status sends ``signals.job_finished`` once the transaction commits.
         """
         old = expect or self.status
         if new not in TRANSITIONS.get(old, ()):
@@ -112,6 +122,8 @@ class Job(models.Model):
                 return False
             JobEvent.objects.create(job_id=self.pk, old=old, new=new, reason=reason[:2000],
                                     actor=actor if getattr(actor, "pk", None) else None, at=now)
+            if new in FINAL:  # on commit: a rolled-back final status tells nobody
+                transaction.on_commit(lambda: job_finished.send(sender=Job, job=self))
         self.status = new
         for key, value in fields.items():
             setattr(self, key, value)

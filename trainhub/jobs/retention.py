@@ -17,8 +17,7 @@ import re
 from django.core.exceptions import ImproperlyConfigured
 
 from trainhub.jobs.models import LogLine
-
-MINIMUM = 10_000  # below this a cut could reach lines a live viewer is still being sent
+from trainhub.pools.models import LOG_RETENTION_MINIMUM as MINIMUM
 HEAD = 1_000  # first lines always kept (how the run started)
 CHUNK = 50_000  # rows per DELETE, so a big cut never holds the database for long
 MARKER = re.compile(r"^✂ lines (\d+)–(\d+) were cut")

@@ -5,7 +5,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from trainhub.api import rundir
+from trainhub.jobs import rundir
 from trainhub.jobs import logs
 from trainhub.jobs.models import Job
 from trainhub.jobs.services import job_cancel, job_resume_from, jobs_visible_to

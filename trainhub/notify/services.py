@@ -1,6 +1,7 @@
 """Tell people a job ended: a webhook (JSON, retried with backoff) and an e-mail to the owner.
 
-``job_finished`` is called once per final status, after it commits. Delivery runs in a daemon
+``job_finished`` runs once per final status, after it commits: the model's ``job_finished``
+signal calls it (see ``NotifyConfig.ready``). Delivery runs in a daemon
 thread so the worker never waits on a slow or dead receiver, and a failure is only recorded
 on the ``NotificationDelivery`` row: it never changes the job.
 """
@@ -15,7 +16,7 @@ import urllib.request
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection
 from django.urls import reverse
 from django.utils import timezone
 
@@ -73,12 +74,10 @@ def job_finished(job_id: int) -> threading.Thread | None:
         return None
 
 
-def after_final(job: Job, won: bool) -> bool:
-    """``job_finish``'s hook: when it ``won`` the move to a final status, notify once that
-    commits. Returns ``won`` unchanged."""
-    if won and job.status in FINAL:
-        transaction.on_commit(lambda: job_finished(job.pk))
-    return won
+def on_job_finished(sender, job: Job, **_) -> None:
+    """Receiver of ``trainhub.jobs.signals.job_finished`` (sent after the final status commits),
+    connected in ``NotifyConfig.ready``."""
+    job_finished(job.pk)
 
 
 def wait_idle(timeout: float = 60) -> None:

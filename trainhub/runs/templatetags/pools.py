@@ -1,6 +1,6 @@
 from django import template
 
-from trainhub.pools.scheduling import queue_position as _queue_position
+from trainhub.runs.scheduling import queue_position as _queue_position
 
 register = template.Library()
 

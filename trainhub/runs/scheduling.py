@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 
-from trainhub.jobs.lifecycle import job_claim
 from trainhub.jobs.models import Job, Status
-from trainhub.pools.models import GangMember, GpuLease, Worker, WorkerPool
+from trainhub.pools.models import Worker, WorkerPool
+from trainhub.runs.lifecycle import job_claim
+from trainhub.runs.models import GangMember, GpuLease
 
 RUNNING = (Status.RUNNING, Status.CANCELLING)
 CANDIDATES = 200  # queued jobs looked at per claim, best first
