@@ -10,11 +10,12 @@ from django.db import OperationalError, connection
 
 from tests.conftest import wait_for
 from tests.faults.helpers import assert_ticks_complete, script, team_workspace
+from trainhub.jobs import logs
 from trainhub.runs.lifecycle import Outcome, job_finish
 from trainhub.jobs.logs import metric_series, read_lines
 from trainhub.jobs.models import Job, Status
 from trainhub.jobs.services import job_submit
-from workers import executor
+from workers import executor, logwriter
 from workers.executor import Execution
 
 
@@ -47,8 +48,8 @@ def printed(run, texts, stream="o"):
 
 
 def test_lines_printed_during_an_outage_are_stored_once_each_when_it_ends(execution, monkeypatch):
-    outage = Outage(executor.logs.append_lines)
-    monkeypatch.setattr(executor.logs, "append_lines", outage)
+    outage = Outage(logs.append_lines)
+    monkeypatch.setattr(logs, "append_lines", outage)
     printed(execution, ["a", "b"])
     assert execution.flush_lines() is False
     printed(execution, ["c"])
@@ -63,9 +64,9 @@ def test_lines_printed_during_an_outage_are_stored_once_each_when_it_ends(execut
 
 
 def test_a_full_pending_buffer_drops_new_lines_with_a_marker_saying_how_many(execution, monkeypatch):
-    monkeypatch.setattr(executor, "PENDING_MAX", 3)
-    outage = Outage(executor.logs.append_lines)
-    monkeypatch.setattr(executor.logs, "append_lines", outage)
+    monkeypatch.setattr(logwriter, "PENDING_MAX", 3)
+    outage = Outage(logs.append_lines)
+    monkeypatch.setattr(logs, "append_lines", outage)
     printed(execution, ["a", "b", "c"])
     execution.flush_lines()
     printed(execution, ["d", "e"])
@@ -85,8 +86,8 @@ def test_a_full_pending_buffer_drops_new_lines_with_a_marker_saying_how_many(exe
 def test_metrics_read_during_an_outage_are_read_again_afterwards(execution, monkeypatch):
     (execution.run_dir / "events.jsonl").write_text(json.dumps({"type": "metrics", "step": 1,
                                                                 "values": {"loss": 0.5}}) + "\n")
-    outage = Outage(executor.logs.record_metrics)
-    monkeypatch.setattr(executor.logs, "record_metrics", outage)
+    outage = Outage(logs.record_metrics)
+    monkeypatch.setattr(logs, "record_metrics", outage)
     execution.pump_events()
     assert execution.events_offset == 0
     outage.down = False

@@ -1,13 +1,22 @@
-"""The executor's pump: every rank's output becomes lines, progress bars keep their latest state."""
+"""A job's processes: the pump turns every rank's output into lines (progress bars keep their
+latest state), the environment keeps the dashboard's secrets out, a stop comes with grace."""
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 import sys
 import threading
 import time
 
-from workers.executor import MAX_LINE, _pump
+import pytest
+
+from workers import process
+from workers.lines import MAX_LINE
+from workers.process import pump as _pump
+from workers.runner.config import parse_spec
+
+pytestmark = pytest.mark.slow
 
 
 def run(code: str, *, timeout: float = 20) -> list[tuple[int, str, str]]:
@@ -78,3 +87,26 @@ def test_progress_bars_and_rank_prefixes_mixed_with_plain_lines_in_one_chunk():
 def test_invalid_utf8_does_not_stop_the_pump():
     lines = run("import sys; sys.stdout.buffer.write(b'bad \\xff\\xfe bytes\\nok\\n')")
     assert lines[0][2].startswith("bad ") and lines[1] == (0, "o", "ok")
+
+
+def test_the_jobs_environment_has_none_of_the_dashboards_secrets(monkeypatch, tmp_path):
+    for name in process.SECRETS:
+        monkeypatch.setenv(name, "secret")
+    spec = parse_spec({"data": {"dataset": "iris"}, "model": {"name": "logreg"}})
+    env = process.child_env(spec, tmp_path, None, {"CUDA_VISIBLE_DEVICES": "1"})
+    assert not set(process.SECRETS) & set(env)
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
+    code = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(60)"
+    guarded = process.GuardedProcess([sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path)
+    assert guarded.popen.stdout.readline() == b"up\n"
+    began = time.monotonic()
+    guarded.terminate(grace=1.0)
+    guarded.terminate(grace=30.0)  # a second request does not extend the grace
+    while guarded.poll() is None:
+        assert time.monotonic() - began < 10, "never killed"
+        time.sleep(0.05)
+    assert 1.0 <= time.monotonic() - began < 10
+    assert guarded.kill() == -9  # the guard dies of the same signal as its job

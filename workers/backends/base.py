@@ -1,0 +1,37 @@
+"""The backend interface; documented in ``workers.backends``."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+Output = list[tuple[str, list[tuple[int, str]]]]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One process tree to start: a job's attempt, or one node of a multi-node attempt."""
+
+    argv: list[str]
+    env: dict[str, str] = field(repr=False)
+    cwd: str | Path
+    run_dir: Path
+    job_id: int
+    attempt: int
+    node_rank: int = 0
+
+
+class Handle(Protocol):
+    def poll(self) -> int | None: ...
+
+    def cancel(self, grace: float) -> None: ...
+
+    def lines(self) -> Output: ...
+
+    def close(self, timeout: float) -> None: ...
+
+    def describe(self) -> str: ...
+
+
+class Backend(Protocol):
+    def start(self, run: RunRequest) -> Handle: ...

@@ -1,0 +1,52 @@
+"""A job's events file (``events.jsonl``, written by the runner) → metrics and progress."""
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+from trainhub.jobs import logs
+from trainhub.runs.lifecycle import DB_ERRORS
+from workers.logwriter import DbOutage
+from workers.runner.report import read_events
+
+log = logging.getLogger(__name__)
+
+
+class EventReader:
+    def __init__(self, job_id: int, run_dir: Path, outage: DbOutage):
+        self.job_id = job_id
+        self.run_dir = run_dir
+        self.outage = outage
+        self.offset = 0
+
+    def pump(self) -> bool:
+        """Store new metrics and progress; True if there were events. The offset moves only
+        once they are stored, so events read during a database outage are read again
+        (metrics are idempotent per step)."""
+        try:
+            events, offset = read_events(self.run_dir, self.offset)
+            self._store(events)
+        except DB_ERRORS as exc:
+            self.outage.failed(exc)
+            return False
+        self.offset = offset
+        return bool(events)
+
+    def _store(self, events: list[dict]) -> None:
+        progress = None
+        for event in events:
+            kind = event.get("type")
+            try:
+                if kind == "metrics" and isinstance(event.get("values"), dict):
+                    values = {str(k): float(v) for k, v in event["values"].items()
+                              if isinstance(v, (int, float)) and math.isfinite(v)}
+                    if values:
+                        logs.record_metrics(self.job_id, int(event.get("step", 0)), values)
+                elif kind in ("progress", "start") and "total_steps" in event:
+                    progress = (int(event.get("step", 0)), int(event["total_steps"]))
+            except (TypeError, ValueError):  # a malformed event is skipped, never fatal
+                log.warning("job %s: skipped malformed event %r", self.job_id, event)
+        if progress:
+            logs.record_progress(self.job_id, *progress)
+

@@ -1,0 +1,133 @@
+"""A job's log, written as it runs: every line gets the next per-job sequence number, batches
+go to the database and the Redis Stream (``trainhub.jobs.logs``), and nothing is lost or
+stored twice while the database is briefly unavailable.
+
+Lines wait in ``pending`` with their seqs already assigned, so a retry after an outage stores
+them under the same numbers. At most ``PENDING_MAX`` lines wait; beyond that new lines are
+counted, not kept, and one marker line says how many are missing, where they are missing.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import time
+
+from django.db import connection
+
+from trainhub.jobs import logs, retention
+from trainhub.runs.lifecycle import DB_ERRORS, drop_connection
+from trainhub.jobs.models import Job
+
+log = logging.getLogger(__name__)
+FLUSH_MAX = 20_000  # lines per statement: bounded, even after a burst
+#: lines kept in memory while the database is unavailable; beyond it new lines are counted,
+#: not kept, and a marker line says how many were dropped
+PENDING_MAX = 200_000
+DB_BACKOFF_MAX = 5.0  # seconds between retries while the database is unavailable
+TAIL_LINES = 20
+
+
+class DbOutage:
+    """The worker's view of the database for one job: down since when, and when to retry
+    (0.1 s doubling to ``DB_BACKOFF_MAX``). Shared by the log, the events and the lease."""
+
+    def __init__(self, job_id: int):
+        self.job_id = job_id
+        self.backoff = 0.0
+        self.retry_at = 0.0
+        self.down_since: float | None = None
+
+    def failed(self, exc: Exception, pending: int = 0) -> None:
+        now = time.monotonic()
+        if self.down_since is None:
+            self.down_since = now
+            log.warning("job %s: database unavailable (%s); keeping %d lines and retrying", self.job_id, exc, pending)
+        self.backoff = min(DB_BACKOFF_MAX, max(0.1, self.backoff * 2))
+        self.retry_at = now + self.backoff
+        if not connection.in_atomic_block:
+            drop_connection()
+
+    def ok(self) -> None:
+        if self.down_since is not None:
+            log.warning("job %s: database back after %.1f s", self.job_id, time.monotonic() - self.down_since)
+        self.down_since, self.backoff, self.retry_at = None, 0.0, 0.0
+
+
+class LogWriter:
+    """``lines`` takes ``(stream, [(rank, text), ...])`` from any thread; ``flush`` stores them."""
+
+    def __init__(self, job: Job, outage: DbOutage):
+        self.job = job
+        self.outage = outage
+        self.seq = logs.next_seq(job.pk)
+        # lines kept per job (0: all): the pool's setting, else TRAINHUB_LOG_RETENTION; cut while it runs
+        self.retention = getattr(job.pool, "log_retention_lines", 0) or retention.limit_for(job.pool.name)
+        if 0 < self.retention < retention.MINIMUM:
+            self.retention = retention.MINIMUM
+        self.next_cut = self.seq + max(1_000, self.retention // 10)
+        self.lines: queue.Queue = queue.Queue()
+        self.pending: list[tuple[int, int, str, str]] = []  # seqs assigned, not yet stored (Line-shaped)
+        self.dropped = 0  # lines not kept because the pending buffer was full
+        self.activity = time.monotonic()  # last output of the job (the watchdog's clock)
+        self.tail: list[str] = []  # the job's last lines, to tell a full disk from other failures
+
+    def system(self, text: str) -> None:
+        """A line of the dashboard's own ("s"), e.g. why the job stopped."""
+        self.lines.put(("s", [(0, text)]))
+
+    def _take(self, items: list[tuple[int, str]], stream: str) -> None:
+        if len(self.pending) >= PENDING_MAX:
+            self.dropped += len(items)
+            return
+        if self.dropped:  # room again: say where lines are missing, in seq order
+            self.pending.append((self.seq, 0, "s", f"[{self.dropped} lines dropped: the database was unavailable "
+                                                   f"and {PENDING_MAX} lines were already waiting]"))
+            self.seq += 1
+            self.dropped = 0
+        self.pending.extend([(self.seq + i, rank, stream, text) for i, (rank, text) in enumerate(items)])
+        self.seq += len(items)
+
+    def _collect(self) -> None:
+        while True:
+            try:
+                stream, items = self.lines.get_nowait()
+            except queue.Empty:
+                return
+            if stream != "s":
+                self.activity = time.monotonic()
+                self.tail = (self.tail + [t for _, t in items[-TAIL_LINES:]])[-TAIL_LINES:]
+            self._take(items, stream)
+
+    def flush(self) -> bool:
+        """Store what the job printed. Returns False while the database is unavailable: the
+        lines stay pending (seqs assigned, so a retry neither loses nor duplicates them)."""
+        self._collect()
+        if not self.pending and not self.dropped:
+            return True
+        if time.monotonic() < self.outage.retry_at:
+            return False
+        try:
+            while self.pending:
+                logs.append_lines(self.job.pk, self.pending[:FLUSH_MAX])
+                del self.pending[:FLUSH_MAX]
+            if self.dropped:
+                self._take([], "s")  # the marker alone
+                return self.flush()
+            if self.retention and self.seq >= self.next_cut:
+                retention.enforce(self.job.pk, self.seq, self.retention, self.job.pool.name)
+                self.next_cut = self.seq + max(1_000, self.retention // 10)
+        except DB_ERRORS as exc:
+            self.outage.failed(exc, len(self.pending))
+            return False
+        self.outage.ok()
+        return True
+
+    def drain(self, seconds: float) -> bool:
+        """Flush until nothing is pending or ``seconds`` pass (the job's end, a kill)."""
+        deadline = time.monotonic() + seconds
+        while not self.flush():
+            if time.monotonic() >= deadline:
+                log.error("job %s: %d log lines could not be stored", self.job.pk, len(self.pending))
+                return False
+            time.sleep(0.1)
+        return True
