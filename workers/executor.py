@@ -21,6 +21,7 @@ from trainhub.pools.models import Workspace
 from workers import backends, launch, process
 from workers.events import EventReader
 from workers.logwriter import DbOutage, LogWriter
+from workers.runner import fence
 from workers.runner.config import JobSpec, dump_yaml, parse_spec
 
 log = logging.getLogger(__name__)
@@ -42,12 +43,13 @@ def prepare(job: Job, spec: JobSpec, run_dir: Path, *, config_name: str, launch_
     """Write the job's config into its run directory and say what a backend is to start:
     ``launch.argv`` (a gang's node: with ``launch_kwargs``) in the job's environment."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    fence.claim(run_dir, job.attempt)  # a late run of an older attempt now writes nothing more here
     config_path = run_dir / config_name
     config_path.write_text(dump_yaml(spec), encoding="utf-8")
     workspace_dir = Path(Workspace.objects.get(name=spec.script.workspace).path) if spec.script else None
     return backends.RunRequest(
         argv=launch.argv(spec, config_path, run_dir, workspace_dir=workspace_dir, **launch_kwargs),
-        env=process.child_env(spec, run_dir, workspace_dir, env_extra),
+        env=process.child_env(spec, run_dir, workspace_dir, {**env_extra, "TRAINHUB_ATTEMPT": str(job.attempt)}),
         cwd=launch.cwd(spec, run_dir, workspace_dir), run_dir=run_dir, job_id=job.pk, attempt=job.attempt,
         node_rank=launch_kwargs.get("node_rank", 0))
 
