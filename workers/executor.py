@@ -21,7 +21,7 @@ from subprocess import PIPE, Popen
 from django.conf import settings
 from django.db import connection
 
-from trainhub.jobs import logs, retention
+from trainhub.jobs import logs, retention, rundir
 from trainhub.jobs.lifecycle import DB_ERRORS, Outcome, drop_connection, job_renew
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
@@ -46,7 +46,7 @@ SHUTDOWN = threading.Event()
 
 
 def run_dir_for(job: Job) -> Path:
-    return Path(settings.TRAINHUB_RUNS_DIR) / f"job-{job.pk}"
+    return rundir.run_dir(job.pk)
 
 
 def _finish(raw: bytes, dropped: int = 0) -> tuple[int, str]:
@@ -340,7 +340,7 @@ class Execution:
         target_root = self.run_dir / "checkpoints"
         if not source or (target_root.is_dir() and any(target_root.iterdir())):
             return
-        origin = Path(settings.TRAINHUB_RUNS_DIR) / source  # the spec pattern allows job-N/checkpoints/step-M only
+        origin = rundir.checkpoint_dir(source)  # the spec pattern allows job-N/checkpoints/step-M only
         shutil.copytree(origin, target_root / origin.name)
         self.system(f"starting from checkpoint {source}")
 
