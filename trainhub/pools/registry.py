@@ -8,6 +8,7 @@ import threading
 import time
 from importlib import metadata
 
+from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
@@ -15,7 +16,7 @@ from trainhub.pools import gpus
 from trainhub.pools.models import GangMember, GpuLease, Worker, WorkerPool, offline_after
 
 log = logging.getLogger(__name__)
-HEARTBEAT_SECONDS = int(os.environ.get("TRAINHUB_HEARTBEAT_SECONDS", "10"))
+HEARTBEAT_SECONDS = settings.TRAINHUB_HEARTBEAT_SECONDS
 
 
 def _version(package: str) -> str | None:
