@@ -326,7 +326,7 @@ class Execution:
         env = launch.env(self.spec, self.run_dir, workspace_dir=workspace_dir)
         for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "TRAINHUB_SECRET_KEY", "REDIS_URL"):
             env.pop(name, None)  # training code gets no access to the dashboard's secrets
-        env.update(self.env_extra)
+        env.update(self.env_extra, TRAINHUB_GRACE_SECONDS=str(settings.TRAINHUB_GRACE_SECONDS))  # guard and runner
         self.system(f"attempt {self.job.attempt}: starting {' '.join(argv)}")
         guarded = [sys.executable, "-m", "workers.guard", str(os.getpid()), "--", *argv]
         self.proc = Popen(guarded, stdout=PIPE, stderr=PIPE, cwd=launch.cwd(self.spec, self.run_dir, workspace_dir),
@@ -349,7 +349,7 @@ class Execution:
         assert self.proc is not None
         self.system(f"stopping: {why}")
         _signal_group(self.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + settings.TRAINHUB_KILL_GRACE_SECONDS
+        deadline = time.monotonic() + settings.TRAINHUB_GRACE_SECONDS
         while self.proc.poll() is None and time.monotonic() < deadline:
             self.flush_lines()
             time.sleep(0.1)

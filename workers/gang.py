@@ -46,7 +46,7 @@ def run_node(job: Job, *, launch_kwargs: dict, env_extra: dict[str, str]) -> Out
     env = launch.env(spec, run_dir, workspace_dir=workspace)
     for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "TRAINHUB_SECRET_KEY", "REDIS_URL"):
         env.pop(name, None)
-    env.update(env_extra)
+    env.update(env_extra, TRAINHUB_GRACE_SECONDS=str(settings.TRAINHUB_GRACE_SECONDS))  # guard and runner
     proc = Popen([sys.executable, "-m", "workers.guard", str(os.getpid()), "--", *argv], stdout=PIPE, stderr=PIPE,
                  cwd=launch.cwd(spec, run_dir, workspace), env=env, start_new_session=True)
     lines: queue.Queue = queue.Queue()
@@ -76,7 +76,7 @@ def run_node(job: Job, *, launch_kwargs: dict, env_extra: dict[str, str]) -> Out
             if executor.SHUTDOWN.is_set() or not owned.exists():
                 stopped = True
                 _group(proc.pid, signal.SIGTERM)
-                deadline = time.monotonic() + settings.TRAINHUB_KILL_GRACE_SECONDS
+                deadline = time.monotonic() + settings.TRAINHUB_GRACE_SECONDS
                 while proc.poll() is None and time.monotonic() < deadline:
                     time.sleep(0.1)
                     forward()
