@@ -106,18 +106,20 @@ def open_path(job_id: int, rel: str) -> Opened | None:
     return None
 
 
-def _walk(dir_fd: int, prefix: str, budget: list[int]) -> Iterator[tuple[str, int, str, os.stat_result]]:
+def _walk(dir_fd: int, prefix: str, budget: list[int],
+          skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, int, str, os.stat_result]]:
     """(relative path, parent fd, name, stat) of the regular files under ``dir_fd``, in sorted order.
 
     Symlinks are skipped, never followed. Stops as soon as ``budget[0]`` files were given, so a
-    huge tree is never walked in full; only one directory's names are held at a time.
+    huge tree is never walked in full; only one directory's names are held at a time. ``skip``:
+    names not entered at this level.
     """
     with os.scandir(dir_fd) as entries:
         names = sorted(entries, key=lambda e: e.name)
     for entry in names:
         if budget[0] <= 0:
             return
-        if entry.is_symlink():
+        if entry.is_symlink() or entry.name in skip:
             continue
         if entry.is_dir(follow_symlinks=False):
             child = _open_dir_at(dir_fd, entry.name)
@@ -169,7 +171,7 @@ def artifacts(job_id: int) -> list[dict]:
         return []
     try:
         return [{"path": rel, "size": st.st_size, "modified": _stamp(st)}
-                for rel, _, _, st in _walk(fd, "", [MAX_LISTED]) if not rel.startswith(f"{CHECKPOINTS}/")]
+                for rel, _, _, st in _walk(fd, "", [MAX_LISTED], skip=frozenset({CHECKPOINTS}))]
     finally:
         os.close(fd)
 
