@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from trainhub.jobs.rundir import CHECKPOINTS, run_dir, run_dir_name, runs_root  # noqa: F401 (run_dir: callers' name)
+from trainhub.jobs.rundir import CHECKPOINTS, run_dir_name, runs_root
 
 MAX_LISTED = 2000
 _CHUNK = 1 << 20
