@@ -16,6 +16,7 @@ from pathlib import Path
 from django.conf import settings
 
 from trainhub.runs.lifecycle import DB_ERRORS, Outcome, job_renew
+from trainhub.jobs import rundir
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
 from workers import backends, launch, process
@@ -35,7 +36,7 @@ Stop = tuple[str, str]  # (final status, reason)
 
 
 def run_dir_for(job: Job) -> Path:
-    return Path(settings.TRAINHUB_RUNS_DIR) / f"job-{job.pk}"
+    return rundir.run_dir(job.pk)
 
 
 def prepare(job: Job, spec: JobSpec, run_dir: Path, *, config_name: str, launch_kwargs: dict,
@@ -49,7 +50,9 @@ def prepare(job: Job, spec: JobSpec, run_dir: Path, *, config_name: str, launch_
     workspace_dir = Path(Workspace.objects.get(name=spec.script.workspace).path) if spec.script else None
     return backends.RunRequest(
         argv=launch.argv(spec, config_path, run_dir, workspace_dir=workspace_dir, **launch_kwargs),
-        env=process.child_env(spec, run_dir, workspace_dir, {**env_extra, "TRAINHUB_ATTEMPT": str(job.attempt)}),
+        env=process.child_env(spec, run_dir, workspace_dir, {
+            **env_extra, "TRAINHUB_ATTEMPT": str(job.attempt),
+            "TRAINHUB_GRACE_SECONDS": str(settings.TRAINHUB_GRACE_SECONDS)}),  # the guard's and the runner's grace
         cwd=launch.cwd(spec, run_dir, workspace_dir), run_dir=run_dir, job_id=job.pk, attempt=job.attempt,
         node_rank=launch_kwargs.get("node_rank", 0))
 
@@ -118,7 +121,7 @@ class Execution:
         target_root = self.run_dir / "checkpoints"
         if not source or (target_root.is_dir() and any(target_root.iterdir())):
             return
-        origin = Path(settings.TRAINHUB_RUNS_DIR) / source  # the spec pattern allows job-N/checkpoints/step-M only
+        origin = rundir.checkpoint_dir(source)  # the spec pattern allows job-N/checkpoints/step-M only
         shutil.copytree(origin, target_root / origin.name)
         self.system(f"starting from checkpoint {source}")
 
@@ -126,7 +129,7 @@ class Execution:
         """Ask the processes to stop, storing their output during the grace period; then they are killed."""
         assert self.handle is not None
         self.system(f"stopping: {why}")
-        self.handle.cancel(settings.TRAINHUB_KILL_GRACE_SECONDS)
+        self.handle.cancel(settings.TRAINHUB_GRACE_SECONDS)
         while self.handle.poll() is None:
             self.flush_lines()
             time.sleep(0.1)

@@ -49,7 +49,7 @@ def run_node(job: Job, *, launch_kwargs: dict, env_extra: dict[str, str], backen
             next_check = time.monotonic() + 0.5
             if executor.SHUTDOWN.is_set() or not owned.exists():
                 stopped = True
-                handle.cancel(settings.TRAINHUB_KILL_GRACE_SECONDS)
+                handle.cancel(settings.TRAINHUB_GRACE_SECONDS)
         code = handle.poll()
         handle.close(executor.READERS_SECONDS)
         forward()

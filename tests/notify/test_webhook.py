@@ -125,7 +125,7 @@ def test_a_gang_that_times_out_notifies_its_failure(running_job, receiver, fast_
     job = running_job(status="queued", lease_token=0, started_at=None, attempt=1)
     worker = Worker.objects.create(hostname="alone@test", pool=job.pool)
     member = GangMember.objects.create(job=job, attempt=1, worker=worker, node_rank=0, lease_token=0)
-    monkeypatch.setenv("TRAINHUB_GANG_TIMEOUT_SECONDS", "0")
+    monkeypatch.setattr("django.conf.settings.TRAINHUB_GANG_TIMEOUT_SECONDS", 0)  # read once, in settings
     assert gang_wait(member, nodes=2).startswith("gang timeout: only 1 of 2 workers")
     services.wait_idle(30)
     assert [r["json"]["event"] for r in hook.requests] == ["job.failed"]

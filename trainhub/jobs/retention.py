@@ -11,9 +11,9 @@ is a cut and not a write still in flight.
 """
 from __future__ import annotations
 
-import os
 import re
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from trainhub.jobs.models import LogLine
@@ -25,7 +25,7 @@ MARKER = re.compile(r"^✂ lines (\d+)–(\d+) were cut")
 
 def limit_for(pool: str) -> int:
     """Lines kept per job of ``pool`` (0 = everything), from ``TRAINHUB_LOG_RETENTION``."""
-    raw = os.environ.get("TRAINHUB_LOG_RETENTION", "").strip()
+    raw = settings.TRAINHUB_LOG_RETENTION.strip()
     limits = {}
     for part in filter(None, (p.strip() for p in raw.split(","))):
         name, _, value = part.partition("=")

@@ -64,11 +64,11 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
 
 def _check_start_from(start_from: str, owner) -> None:
     """The checkpoint must exist and belong to a job this user may see."""
-    from trainhub.jobs import rundir
+    from trainhub.jobs.rundir import checkpoint_dir
 
     source_id = int(start_from.split("/", 1)[0].removeprefix("job-"))
     visible = jobs_visible_to(owner) if owner is not None else Job.objects.all()
-    path = rundir.run_dir(source_id) / start_from.split("/", 1)[1]
+    path = checkpoint_dir(start_from)
     if not visible.filter(pk=source_id).exists() or not path.is_dir():
         raise SpecError({"checkpoint.start_from": f"no checkpoint {start_from!r} among your jobs; "
                                                   "pick one from a job page's checkpoint list"})

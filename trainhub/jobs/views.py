@@ -5,7 +5,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from trainhub.jobs import rundir
+from trainhub.jobs import runfiles
 from trainhub.jobs import logs
 from trainhub.jobs.models import Job
 from trainhub.jobs.services import job_cancel, job_resume_from, jobs_visible_to
@@ -29,7 +29,7 @@ from trainhub.jobs.new_views import job_new  # noqa: E402,F401
 
 
 def _files(job: Job) -> dict:
-    return {"checkpoints": rundir.checkpoints(job.pk), "artifacts": rundir.artifacts(job.pk)}
+    return {"checkpoints": runfiles.checkpoints(job.pk), "artifacts": runfiles.artifacts(job.pk)}
 
 
 @login_required
@@ -78,7 +78,7 @@ def job_resume_view(request: HttpRequest, job_id: int) -> HttpResponse:
     """Start a new job from one of this job's checkpoints."""
     job = _get_job_for_user(request, job_id)
     checkpoint = request.POST.get("checkpoint", "")
-    if checkpoint not in {c["name"] for c in rundir.checkpoints(job.pk)}:
+    if checkpoint not in {c["name"] for c in runfiles.checkpoints(job.pk)}:
         return HttpResponse(f"job {job.pk} has no checkpoint {checkpoint[:100]!r}", status=404, content_type="text/plain")
     try:
         new = job_resume_from(job, checkpoint, owner=request.user)

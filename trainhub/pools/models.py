@@ -1,4 +1,3 @@
-import os
 from datetime import timedelta
 
 from django.conf import settings
@@ -97,8 +96,7 @@ class WorkerPool(models.Model):
 
 def offline_after() -> timedelta:
     """A worker whose last heartbeat is older than this is shown offline (TRAINHUB_OFFLINE_SECONDS, default 60)."""
-    return timedelta(seconds=getattr(settings, "TRAINHUB_OFFLINE_SECONDS", None)
-                     or int(os.environ.get("TRAINHUB_OFFLINE_SECONDS", "60")))
+    return timedelta(seconds=settings.TRAINHUB_OFFLINE_SECONDS)
 
 
 class Worker(models.Model):

@@ -8,12 +8,13 @@ import os
 import platform
 from importlib import metadata
 
+from django.conf import settings
 from django.utils import timezone
 
 from trainhub.pools import gpus
 from trainhub.pools.models import Worker, WorkerPool, offline_after
 
-HEARTBEAT_SECONDS = int(os.environ.get("TRAINHUB_HEARTBEAT_SECONDS", "10"))
+HEARTBEAT_SECONDS = settings.TRAINHUB_HEARTBEAT_SECONDS
 
 
 def _version(package: str) -> str | None:

@@ -9,10 +9,10 @@ and every member lets go: no process was started, no GPU stays held.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 
+from django.conf import settings
 from django.utils import timezone
 
 from trainhub.jobs.models import Job, Status
@@ -23,7 +23,7 @@ POLL_SECONDS = 0.3
 
 
 def gang_timeout() -> float:
-    return float(os.environ.get("TRAINHUB_GANG_TIMEOUT_SECONDS", "120"))
+    return settings.TRAINHUB_GANG_TIMEOUT_SECONDS
 
 
 def gang_wait(member: GangMember, nodes: int, *, task_id: str = "", stop: threading.Event | None = None) -> Job | str:
