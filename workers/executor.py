@@ -25,7 +25,7 @@ from trainhub.jobs import logs, retention
 from trainhub.jobs.lifecycle import DB_ERRORS, Outcome, drop_connection, job_renew
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
-from workers import launch
+from workers.runner import launch
 from workers.runner.config import dump_yaml, parse_spec
 from workers.runner.report import read_events
 

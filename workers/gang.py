@@ -22,7 +22,8 @@ from django.conf import settings
 from trainhub.jobs.lifecycle import Outcome
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
-from workers import executor, gang_logs, launch
+from workers import executor, gang_logs
+from workers.runner import launch
 from workers.runner.config import dump_yaml, parse_spec
 
 

@@ -39,8 +39,8 @@ from workers.runner.config import JobSpec, SpecError
 
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 RANK_LINE = re.compile(r"^\[rank(\d+)\]:\s?")
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SCRIPT_ENTRY = REPO_ROOT / "workers" / "runner" / "script_entry.py"
+REPO_ROOT = Path(__file__).resolve().parents[2]  # workers/runner/launch.py -> the checkout (PYTHONPATH)
+SCRIPT_ENTRY = Path(__file__).resolve().parent / "script_entry.py"
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
