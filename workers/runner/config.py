@@ -12,18 +12,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from workers.runner import fedml
+from workers.runner.errors import SpecError
+
 MODES = ("centralized", "ddp", "deepspeed", "llm", "script")
 DATASETS = ("synthetic", "digits", "iris", "wine", "breast_cancer")
 MODELS = ("mlp", "cnn", "logreg")
 MAX_SPEC_BYTES = 256 * 1024
-
-
-class SpecError(ValueError):
-    """A spec that cannot run. ``errors`` maps a dotted field path to a fix-it message."""
-
-    def __init__(self, errors: dict[str, str]):
-        self.errors = errors
-        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
 
 
 class _Section(BaseModel):
@@ -294,9 +289,7 @@ def parse_spec(data: Any) -> JobSpec:
     """
     if not isinstance(data, dict):
         raise SpecError({"spec": "must be a mapping of keys to values (a YAML or JSON object)"})
-    from workers.runner import fedml  # translated here so every entry point accepts FedML configs
-
-    if fedml.is_fedml(data):
+    if fedml.is_fedml(data):  # translated here so every entry point accepts FedML configs
         data = fedml.translate(data)
     try:
         return JobSpec.model_validate(data)
