@@ -8,8 +8,9 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from workers.runner.modes import MODES  # the spec model's table of modes
+
 _queue_name = RegexValidator(r"^[A-Za-z0-9_.-]+$", "letters, digits, '.', '_' and '-' only")
-MODES = ("centralized", "ddp", "deepspeed", "llm", "script")
 
 
 class WorkerPool(models.Model):
