@@ -50,16 +50,15 @@ SCOPES: dict[str, Scope] = {
     "script": Scope(workloads=("script",)),
     "strategy": Scope(workloads=("classify", "llm")),
     "deepspeed": Scope(strategies=("deepspeed",)),
-    "resources.nodes": Scope(strategies=("ddp", "deepspeed")),
-    "resources.procs_per_node": Scope(strategies=("ddp", "deepspeed")),
 }
 
 
 def reads(path: str, workload: str, strategy: str | None) -> bool:
-    """Whether a job of ``workload`` under ``strategy`` reads spec ``path`` (strategy None: not fixed yet)."""
+    """Whether a job of ``workload`` under ``strategy`` reads spec ``path``. A strategy not known
+    yet (None: llm's comes from resources) reads no strategy's own section."""
     scope = SCOPES.get(path) or SCOPES.get(path.split(".")[0]) or Scope()
     return ((scope.workloads is None or workload in scope.workloads)
-            and (scope.strategies is None or strategy is None or strategy in scope.strategies))
+            and (scope.strategies is None or strategy in scope.strategies))
 
 
 def mode_of(workload: str, strategy: str | None) -> str:
