@@ -26,7 +26,7 @@ from trainhub.jobs.lifecycle import DB_ERRORS, Outcome, drop_connection, job_ren
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
 from workers.runner import launch
-from workers.runner.config import dump_yaml, parse_spec
+from workers.runner.config import dump_yaml
 from workers.runner.report import read_events
 
 log = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ class Execution:
         self.job = job
         self.env_extra = dict(env_extra or {})  # from the scheduler, e.g. CUDA_VISIBLE_DEVICES of the GPU lease
         self.launch_kwargs = dict(launch_kwargs or {})  # a gang's node: nnodes, node_rank, rdzv_endpoint, rdzv_id
-        self.spec = parse_spec(job.spec)
+        self.spec = job.spec_model
         self.run_dir = run_dir_for(job)
         self.seq = logs.next_seq(job.pk)
         # lines kept per job (0: all): the pool's setting, else TRAINHUB_LOG_RETENTION; cut while it runs

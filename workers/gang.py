@@ -24,7 +24,7 @@ from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
 from workers import executor, gang_logs
 from workers.runner import launch
-from workers.runner.config import dump_yaml, parse_spec
+from workers.runner.config import dump_yaml
 
 
 def _group(pid: int, sig: int) -> None:
@@ -36,7 +36,7 @@ def _group(pid: int, sig: int) -> None:
 
 def run_node(job: Job, *, launch_kwargs: dict, env_extra: dict[str, str]) -> Outcome | None:
     """Run this node until it exits or the job stops. Returns a failure to record, or None."""
-    spec = parse_spec(job.spec)
+    spec = job.spec_model
     rank = launch_kwargs["node_rank"]
     run_dir = executor.run_dir_for(job)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)

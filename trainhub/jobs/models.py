@@ -6,6 +6,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from trainhub.pools.models import Worker, WorkerPool
+from workers.runner.config import JobSpec, parse_spec
 
 
 class IllegalTransition(Exception):
@@ -71,6 +72,22 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"
+
+    @property
+    def spec_model(self) -> JobSpec:
+        """The stored spec as the runner's typed model: the one way to read a job's spec.
+
+        Parsed once per loaded spec (a refresh or a new spec dict parses again). Raises
+        ``SpecError`` when the stored spec does not validate.
+        """
+        cached = self.__dict__.get("_spec_model")
+        if cached is None or cached[0] is not self.spec:
+            data = self.spec
+            if isinstance(data, dict) and not {"mode", "workload"} & data.keys() and self.mode:
+                data = {"mode": self.mode, **data}  # a spec stored without its mode: the row's column has it
+            cached = (self.spec, parse_spec(data))
+            self.__dict__["_spec_model"] = cached
+        return cached[1]
 
     @property
     def is_active(self) -> bool:
