@@ -62,7 +62,7 @@ def run_case(name: str, raw: dict, work: Path, timeout: float) -> dict:
     run_dir = work / name
     run_dir.mkdir(parents=True, exist_ok=True)
     config = run_dir / "job.yaml"
-    config.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
+    config.write_text(yaml.safe_dump(spec.to_dict()))
     cmd = launch.argv(spec, config, run_dir)
     env = launch.env(spec, run_dir)
     if spec.resources.gpus_per_node:
