@@ -19,11 +19,11 @@ from trainhub.runs.lifecycle import DB_ERRORS, Outcome, job_renew
 from trainhub.jobs import rundir
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
-from workers import backends, launch, process
+from workers import backends, process
 from workers.events import EventReader
 from workers.logwriter import DbOutage, LogWriter
-from workers.runner import fence
-from workers.runner.config import JobSpec, dump_yaml, parse_spec
+from workers.runner import fence, launch
+from workers.runner.config import JobSpec, dump_yaml
 
 log = logging.getLogger(__name__)
 EVENTS_SECONDS = 1.0  # how often metrics and progress are read from events.jsonl
@@ -63,7 +63,7 @@ class Execution:
         self.job = job
         self.env_extra = dict(env_extra or {})  # from the scheduler, e.g. CUDA_VISIBLE_DEVICES of the GPU lease
         self.launch_kwargs = dict(launch_kwargs or {})  # a gang's node: nnodes, node_rank, rdzv_endpoint, rdzv_id
-        self.spec = parse_spec(job.spec)
+        self.spec = job.spec_model
         self.run_dir = run_dir_for(job)
         self.outage = DbOutage(job.pk)  # one view of the database for the log, the events and the lease
         self.log = LogWriter(job, self.outage)

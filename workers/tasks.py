@@ -76,7 +76,7 @@ def _gpu_env(job: Job, gpus: list[int]) -> dict[str, str]:
 
 def _run_gang_member(member: GangMember, env_extra: dict[str, str], *, task_id: str) -> str:
     """Hold this worker's place in a multi-node job's gang; run its node once all have joined."""
-    nodes = scheduling.needs(member.job.spec)[0]
+    nodes = scheduling.needs(member.job)[0]
     try:
         if GangMember.objects.filter(job_id=member.job_id, attempt=member.attempt).count() < nodes:
             _send_again(member.job_id)  # so that another worker hears of the gang

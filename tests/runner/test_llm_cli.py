@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from workers import launch
+from workers.runner import launch
 from workers.runner.config import load_file
 from workers.runner.report import read_events
 

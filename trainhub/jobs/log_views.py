@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET
 from trainhub.jobs import ansi, logs
 from trainhub.jobs.models import Job, Metric
 from trainhub.jobs.services import jobs_visible_to
+from workers.runner.errors import SpecError
 
 PAGE = 500
 SEARCH_PAGE = 100
@@ -73,8 +74,10 @@ def _older_url(job: Job, filters: dict, first: int) -> str:
 
 
 def _world_size(job: Job) -> int:
-    resources = (job.spec or {}).get("resources") or {}
-    return int(resources.get("nodes") or 1) * int(resources.get("procs_per_node") or 1)
+    try:
+        return job.spec_model.world_size
+    except SpecError:  # a stored spec that no longer validates still has its log shown
+        return 1
 
 
 @login_required

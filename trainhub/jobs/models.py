@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from trainhub.jobs.signals import job_finished
 from trainhub.pools.models import Worker, WorkerPool
+from workers.runner.config import JobSpec, parse_spec
 
 
 class IllegalTransition(Exception):
@@ -80,6 +81,22 @@ class Job(models.Model):
             job = cls.objects.create(owner=owner, status=Status.QUEUED, **fields)
             JobEvent.objects.create(job=job, old="", new=Status.QUEUED, reason=reason[:2000], actor=owner)
         return job
+
+    @property
+    def spec_model(self) -> JobSpec:
+        """The stored spec as the runner's typed model: the one way to read a job's spec.
+
+        Parsed once per loaded spec (a refresh or a new spec dict parses again). Raises
+        ``SpecError`` when the stored spec does not validate.
+        """
+        cached = self.__dict__.get("_spec_model")
+        if cached is None or cached[0] is not self.spec:
+            data = self.spec
+            if isinstance(data, dict) and not {"mode", "workload"} & data.keys() and self.mode:
+                data = {"mode": self.mode, **data}  # a spec stored without its mode: the row's column has it
+            cached = (self.spec, parse_spec(data))
+            self.__dict__["_spec_model"] = cached
+        return cached[1]
 
     @property
     def is_active(self) -> bool:

@@ -14,6 +14,7 @@ from trainhub.jobs.job_templates import template_save, templates_of
 from trainhub.jobs.services import job_clone_spec, job_submit, jobs_visible_to, spec_validate
 from trainhub.pools.models import WorkerPool
 from workers.runner.config import MODES, JobSpec, SpecError, dump_yaml, parse_spec
+from workers.runner.modes import DEFAULT_MODE
 
 
 def _int(value: str | None) -> int | None:
@@ -27,7 +28,7 @@ def run_locally(spec: JobSpec) -> list[str]:
     """Commands that run ``spec`` (saved as job.yaml) without TrainHub's server, and with its CLI."""
     r = spec.resources
     many = r.nodes * r.procs_per_node > 1
-    if spec.mode == "script":
+    if spec.workload == "script":
         target = spec.script.entry if spec.script.entry.endswith(".py") else f"-m {spec.script.entry}"
         args = shlex.join(spec.script.args)
         if many:
@@ -73,8 +74,8 @@ def job_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         return _post(request, pools)
     if request.GET.get("fragment") == "mode-fields":
-        mode = request.GET.get("mode", "centralized")
-        mode = mode if mode in MODES else "centralized"
+        mode = request.GET.get("mode", DEFAULT_MODE)
+        mode = mode if mode in MODES else DEFAULT_MODE
         form = JobForm(initial=mode_initial(mode), pools=pools, mode=mode)
         typed = request.GET.get("name", "")
         new_name = DEFAULT_NAMES[mode] if typed in ("", *DEFAULT_NAMES.values()) else ""
@@ -86,7 +87,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
     elif template:
         source = get_object_or_404(templates_of(request.user), pk=template)
         initial = {**initial_from_spec(source.spec), "template_name": source.name}
-    form = JobForm(initial={**mode_initial(initial.get("mode", "centralized")), **initial}, pools=pools)
+    form = JobForm(initial={**mode_initial(initial.get("mode", DEFAULT_MODE)), **initial}, pools=pools)
     return render(request, "jobs/new.html", _context(request, form, source_template=initial.get("template_name")))
 
 

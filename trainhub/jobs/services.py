@@ -153,5 +153,6 @@ def job_resume_from(job: Job, checkpoint: str, *, owner) -> Job:
     """A new job with ``job``'s spec that starts from one of its checkpoints."""
     spec = job_clone_spec(job)
     spec["name"] = f"{job.name}-from-{checkpoint}"[:200]
-    spec["checkpoint"] = {**spec.get("checkpoint", {}), "resume": True, "start_from": f"job-{job.pk}/checkpoints/{checkpoint}"}
+    spec["checkpoint"] = {**job.spec_model.checkpoint.model_dump(mode="json", exclude_none=True), "resume": True,
+                          "start_from": f"job-{job.pk}/checkpoints/{checkpoint}"}
     return job_submit(owner=owner, data=spec)

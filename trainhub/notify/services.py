@@ -22,22 +22,30 @@ from django.utils import timezone
 
 from trainhub.jobs.models import FINAL, Job
 from trainhub.notify.models import NotificationDelivery, NotifySettings
+from workers.runner.config import Notify, SpecError
 
 log = logging.getLogger(__name__)
 Delivery = NotificationDelivery
 _threads: list[threading.Thread] = []
 
 
+def _notify_section(job: Job) -> Notify:
+    try:
+        return job.spec_model.notify or Notify()
+    except SpecError:  # a stored spec that no longer validates: the owner's settings still apply
+        return Notify()
+
+
 def plan(job: Job) -> list[tuple[str, str]]:
     """(channel, target) pairs this job's final status goes to: the owner's settings, overridden
     field by field by the spec's ``notify`` section."""
     mine = NotifySettings.objects.filter(user_id=job.owner_id).first() or NotifySettings()
-    override = job.spec.get("notify") or {}
-    events = override.get("on") if override.get("on") is not None else mine.events
+    override = _notify_section(job)
+    events = override.on if override.on is not None else mine.events
     if job.status not in events:
         return []
-    webhook = override["webhook"] if override.get("webhook") is not None else mine.webhook_url
-    email = override["email"] if override.get("email") is not None else mine.email
+    webhook = override.webhook if override.webhook is not None else mine.webhook_url
+    email = override.email if override.email is not None else mine.email
     targets = [(Delivery.Channel.WEBHOOK, webhook.strip())] if webhook and webhook.strip() else []
     if email:
         targets.append((Delivery.Channel.EMAIL, job.owner.email))

@@ -7,8 +7,9 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from workers.runner.modes import MODES  # the spec model's table of modes
+
 _queue_name = RegexValidator(r"^[A-Za-z0-9_.-]+$", "letters, digits, '.', '_' and '-' only")
-MODES = ("centralized", "ddp", "deepspeed", "llm", "script")
 #: the smallest per-job log cap a pool may set: below it a cut could reach lines a live viewer
 #: is still being sent (``trainhub.jobs.retention`` cuts; the pool only validates its setting)
 LOG_RETENTION_MINIMUM = 10_000

@@ -20,6 +20,7 @@ from trainhub.jobs.models import Job, Status
 from trainhub.jobs import services as job_services  # by module: tests replace job_enqueue there
 from trainhub.pools.models import Worker
 from trainhub.runs.models import GpuLease
+from workers.runner.errors import SpecError
 
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,13 @@ def job_renew(job: Job) -> str | None:
     return Job.objects.filter(pk=job.pk).values_list("status", flat=True).first()
 
 
+def _max_restarts(job: Job) -> int:
+    try:
+        return job.spec_model.max_restarts
+    except SpecError:  # a stored spec that no longer validates would fail again: no retry
+        return 0
+
+
 @retry_db
 def job_finish(job: Job, outcome: Outcome) -> bool:
     """Record the final status (or a retry) if this worker still holds the lease; retries
@@ -128,7 +136,7 @@ def job_finish(job: Job, outcome: Outcome) -> bool:
         return job.transition(new, reason=outcome.reason, expect=current, exit_code=outcome.exit_code)
     interrupted = outcome.status == Status.QUEUED
     failures = job.attempt - job.interruptions  # runs that ended through the job's fault, this one included
-    retry = outcome.status == Status.FAILED and failures <= int(job.spec.get("max_restarts", 0))
+    retry = outcome.status == Status.FAILED and failures <= _max_restarts(job)
     if interrupted or retry:
         why = outcome.reason if interrupted else f"attempt {job.attempt} failed ({outcome.reason}); retrying"
         # a new attempt number either way: the old run message becomes a no-op (the claim compares it)

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         args = runner.load_arguments(ns.config, run_dir=ns.run_dir, workspace_dir=ns.workspace_dir)
     except (SpecError, OSError) as exc:
         return _spec_error(exc)
-    if args.spec.mode == "script":
+    if args.spec.workload == "script":
         from workers.runner.workloads import script
 
         try:
