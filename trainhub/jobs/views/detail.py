@@ -1,70 +1,53 @@
+"""The job page and the actions on it (cancel, resume from a checkpoint).
+
+Each live section of the page is a partial of ``jobs/detail.html`` (status, history, files):
+the page renders them on a reload, ``?fragment=NAME`` renders one alone, and the live
+stream (``stream.py``) sends the same HTML when the section changes.
+"""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from trainhub.api import rundir
-from trainhub.jobs import logs
 from trainhub.jobs.models import Job
-from trainhub.jobs.services import job_cancel, job_resume_from, jobs_visible_to
+from trainhub.jobs.services import job_cancel, job_resume_from
+from trainhub.jobs.views import job_for_user
+from trainhub.jobs.views.logs import log_window
 from workers.runner.config import SpecError, dump_yaml
 
-
-def _get_job_for_user(request: HttpRequest, job_id: int) -> Job:
-    return get_object_or_404(jobs_visible_to(request.user), pk=job_id)
+FRAGMENTS = ("status", "history", "files")
 
 
-def _page_int(value: str | None) -> int | None:
-    try:
-        return int(value) if value else None
-    except ValueError:
-        return None
-
-
-# issue 7: the list (filters, search, bulk cancel) and the typed per-mode form live in their own modules
-from trainhub.jobs.list_views import job_list  # noqa: E402,F401
-from trainhub.jobs.new_views import job_new  # noqa: E402,F401
-
-
-def _files(job: Job) -> dict:
-    return {"checkpoints": rundir.checkpoints(job.pk), "artifacts": rundir.artifacts(job.pk)}
+def fragment_context(job: Job, name: str) -> dict:
+    """What the partial ``name`` of the job page needs (the view and the live stream render with it)."""
+    if name == "history":
+        return {"job": job, "events": job.events.select_related("actor")}
+    if name == "files":
+        return {"job": job, "checkpoints": rundir.checkpoints(job.pk), "artifacts": rundir.artifacts(job.pk)}
+    return {"job": job}
 
 
 @login_required
 @require_GET
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _get_job_for_user(request, job_id)
+    job = job_for_user(request, job_id)
     fragment = request.GET.get("fragment")
-    if fragment in ("status", "history"):
-        return render(request, f"jobs/detail.html#{fragment}", {"job": job, "events": job.events.select_related("actor")})
-    if fragment == "files":
-        return render(request, "jobs/detail.html#files", {"job": job, **_files(job)})
     if fragment is not None:
-        raise Http404("unknown fragment")
-    lines = logs.tail_lines(job.pk)
-    context = {"job": job, "events": job.events.select_related("actor"), "spec_yaml": dump_yaml(job.spec), **_files(job),
-               "lines": lines, "last_seq": lines[-1].seq if lines else -1}
+        if fragment not in FRAGMENTS:
+            raise Http404("unknown fragment")
+        return render(request, f"jobs/detail.html#{fragment}", fragment_context(job, fragment))
+    context = {**fragment_context(job, "history"), **fragment_context(job, "files"), **log_window(request, job),
+               "spec_yaml": dump_yaml(job.spec), "no_error": request.GET.get("no_error")}
     return render(request, "jobs/detail.html", context)
-
-
-@login_required
-@require_GET
-def job_log_lines(request: HttpRequest, job_id: int) -> HttpResponse:
-    """New lines after ``after`` as rows to append; re-polls itself while the job is alive."""
-    job = _get_job_for_user(request, job_id)
-    after = _page_int(request.GET.get("after"))
-    after = -1 if after is None else after
-    lines = logs.read_lines(job.pk, after=after, limit=2000)
-    last = lines[-1].seq if lines else after
-    return render(request, "jobs/detail.html#log-lines", {"job": job, "lines": lines, "last_seq": last})
 
 
 @login_required
 @require_POST
 def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _get_job_for_user(request, job_id)
+    job = job_for_user(request, job_id)
     job_cancel(job, actor=request.user)
     job.refresh_from_db()
     if request.htmx:
@@ -76,7 +59,7 @@ def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 def job_resume_view(request: HttpRequest, job_id: int) -> HttpResponse:
     """Start a new job from one of this job's checkpoints."""
-    job = _get_job_for_user(request, job_id)
+    job = job_for_user(request, job_id)
     checkpoint = request.POST.get("checkpoint", "")
     if checkpoint not in {c["name"] for c in rundir.checkpoints(job.pk)}:
         return HttpResponse(f"job {job.pk} has no checkpoint {checkpoint[:100]!r}", status=404, content_type="text/plain")

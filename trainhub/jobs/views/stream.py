@@ -20,12 +20,12 @@ import redis
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 
 from trainhub.jobs import ansi, logs, retention
 from trainhub.jobs.models import FINAL, Job
-from trainhub.jobs.services import jobs_visible_to
+from trainhub.jobs.views import int_param, job_for_user
 
 log = logging.getLogger(__name__)
 BLOCK_MS = 1000
@@ -35,20 +35,6 @@ FRAME_CACHE = 20_000
 HUB_LINES = 20_000  # recent lines a job's hub keeps for viewers that are a little behind
 #: rendered SSE frames of recent lines, oldest first (one event loop: no lock needed)
 _FRAMES: dict[tuple[int, int], str] = {}
-
-
-def _int(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _visible_job(user, job_id: int) -> Job:
-    job = jobs_visible_to(user).filter(pk=job_id).first()
-    if job is None:
-        raise Http404("no such job")
-    return job
 
 
 def _status(job_id: int) -> str:
@@ -264,17 +250,17 @@ async def _wait(event: asyncio.Event, timeout: float) -> None:
 
 def _filters(request: HttpRequest) -> tuple[int | None, str | None]:
     stream = request.GET.get("stream") or None
-    return _int(request.GET.get("rank") or None), stream if stream in ("o", "e", "s") else None
+    return int_param(request.GET.get("rank") or None), stream if stream in ("o", "e", "s") else None
 
 
 async def job_log_stream(request: HttpRequest, job_id: int) -> HttpResponse:
     user = await request.auser()
     if not user.is_authenticated:
         return HttpResponse("log in to follow this log\n", status=403, content_type="text/plain")
-    job = await sync_to_async(_visible_job)(user, job_id)
-    cursor = _int(request.headers.get("Last-Event-ID"))
+    job = await sync_to_async(job_for_user)(user, job_id)
+    cursor = int_param(request.headers.get("Last-Event-ID"))
     if cursor is None:
-        cursor = _int(request.GET.get("after"))
+        cursor = int_param(request.GET.get("after"))
     rank, stream = _filters(request)
     follower = Follower(job.pk, -1 if cursor is None else max(cursor, -1), reverse("job_detail", args=[job.pk]),
                         rank, stream)
