@@ -160,13 +160,17 @@ def _metrics_payload(job: Job, after: int) -> dict:
         s = series.setdefault(name, {"steps": [], "values": []})
         s["steps"].append(step)
         s["values"].append(value)
+    return {"series": series, **progress_payload(job), "at": timezone.now().isoformat()}
+
+
+def progress_payload(job: Job) -> dict:
+    """Status, steps, elapsed time and ETA: metrics.json and the live stream's ``progress`` event."""
     elapsed = (job.duration.total_seconds() if job.duration else None)
     eta = None
     if elapsed and job.step and job.total_steps and job.is_active:
         eta = elapsed / job.step * max(0, job.total_steps - job.step)
-    return {"series": series, "status": job.status, "active": job.is_active, "step": job.step,
-            "total_steps": job.total_steps, "elapsed_seconds": elapsed, "eta_seconds": eta,
-            "at": timezone.now().isoformat()}
+    return {"status": job.status, "active": job.is_active, "step": job.step, "total_steps": job.total_steps,
+            "elapsed_seconds": elapsed, "eta_seconds": eta}
 
 
 @login_required
