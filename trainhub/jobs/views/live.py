@@ -39,8 +39,9 @@ class PageWatch:
         self.job_id = job_id
         self.job: Job | None = None
         self.keys: dict[str, object] = {}
-        self.metrics: list[tuple[int, str, int, float]] = []  # (pk, name, step, value), by pk
-        self.metrics_start: int | None = None  # every point with pk <= this is older than the hub
+        # (start, points): every point with pk > start, as (pk, name, step, value) by pk. Replaced
+        # whole, never changed in place: viewers read it on the event loop while refresh() runs in a thread.
+        self.metrics: tuple[int, list[tuple[int, str, int, float]]] | None = None
         self.read = False  # refresh() has run at least once
 
     @property
@@ -50,8 +51,9 @@ class PageWatch:
     def refresh(self) -> None:
         """One read of the job row, its newest event, its new metric points and its file names."""
         job = Job.objects.select_related("pool").filter(pk=self.job_id).first()
-        self.job, self.read = job, True
+        self.job = job
         if job is None:
+            self.read = True
             return
         leases = tuple(GpuLease.objects.filter(job_id=job.pk).values_list("index", flat=True)) \
             if job.status == Status.RUNNING else ()
@@ -65,18 +67,22 @@ class PageWatch:
                       tuple(a["path"] for a in rundir.artifacts(job.pk))),
         }
         self._read_metrics()
+        self.read = True
 
     def _read_metrics(self) -> None:
-        if self.metrics_start is None:
-            self.metrics_start = Metric.objects.filter(job_id=self.job_id).aggregate(last=Max("pk"))["last"] or 0
-        after = self.metrics[-1][0] if self.metrics else self.metrics_start
+        if self.metrics is None:
+            self.metrics = (Metric.objects.filter(job_id=self.job_id).aggregate(last=Max("pk"))["last"] or 0, [])
+        start, points = self.metrics
+        after = points[-1][0] if points else start
         rows = list(Metric.objects.filter(job_id=self.job_id, pk__gt=after).order_by("pk")
                     .values_list("pk", "name", "step", "value")[:METRICS_BATCH])
-        self.metrics.extend(rows)
-        if len(self.metrics) > METRICS_KEPT:
-            cut = len(self.metrics) - METRICS_KEPT // 2
-            self.metrics_start = self.metrics[cut - 1][0]
-            del self.metrics[:cut]
+        if not rows:
+            return
+        points = points + rows
+        if len(points) > METRICS_KEPT:
+            cut = len(points) - METRICS_KEPT // 2
+            start, points = points[cut - 1][0], points[cut:]
+        self.metrics = (start, points)
 
 
 def _series(rows) -> dict:
@@ -133,14 +139,14 @@ class PageViewer:
         return "".join(out)
 
     async def _new_metrics(self, watch: PageWatch) -> list:
-        start = watch.metrics_start or 0
+        start, points = watch.metrics or (0, [])
         if self.metrics_cursor is None or self.metrics_cursor < start:
             # a snapshot from the database: everything this client has not had, then the hub's buffer
             rows = await sync_to_async(_all_metrics, thread_sensitive=False)(self.job_id, self.metrics_cursor or 0)
             self.metrics_cursor = max([start, *(r[0] for r in rows)])
         else:
             rows = []
-        fresh = [r for r in watch.metrics if r[0] > self.metrics_cursor]
+        fresh = [r for r in points if r[0] > self.metrics_cursor]
         if fresh:
             self.metrics_cursor = fresh[-1][0]
         return rows + fresh
