@@ -4,7 +4,7 @@ The two helpers every view of the package uses live here, so there is one of eac
 """
 from __future__ import annotations
 
-from django.http import Http404
+from django.http import Http404, HttpRequest
 
 from trainhub.jobs.models import Job
 from trainhub.jobs.services import jobs_visible_to
@@ -15,7 +15,7 @@ def job_for_user(request_or_user, pk) -> Job:
 
     Takes a request (``request.user``) or a user, so the async stream and the API can call it too.
     """
-    user = getattr(request_or_user, "user", request_or_user)
+    user = request_or_user.user if isinstance(request_or_user, HttpRequest) else request_or_user
     job = jobs_visible_to(user).filter(pk=pk).first()
     if job is None:
         raise Http404("no such job")

@@ -29,9 +29,8 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 
 from trainhub.jobs import ansi, logs, retention
-from trainhub.jobs.views import live
 from trainhub.jobs.models import FINAL, Job
-from trainhub.jobs.views import int_param, job_for_user
+from trainhub.jobs.views import int_param, job_for_user, live
 
 log = logging.getLogger(__name__)
 BLOCK_MS = 1000
