@@ -7,7 +7,7 @@ from trainhub.jobs.models import Job
 from trainhub.jobs.services import job_submit
 from trainhub.pools.models import Worker, WorkerPool
 from trainhub.runs.models import GpuLease
-from trainhub.runs.scheduling import claim_next, queue_position
+from trainhub.runs.scheduling import claim_next
 
 TINY = {"name": "t", "data": {"dataset": "iris"}, "model": {"name": "logreg"}, "train": {"epochs": 1}}
 
@@ -32,10 +32,10 @@ def test_higher_priority_runs_first_and_fifo_within_a_priority(cpu_pool, user, d
     cpu_pool.slots_per_worker = 4
     cpu_pool.save()
     low, first, second, urgent = (job_submit(owner=user, data={**TINY, "priority": p}) for p in (0, 5, 5, 9))
-    assert [queue_position(Job.objects.get(pk=j.pk)) for j in (low, first, second, urgent)] == [4, 2, 3, 1]
+    assert [Job.objects.get(pk=j.pk).queue_position() for j in (low, first, second, urgent)] == [4, 2, 3, 1]
     order = [claim_next(low.pk, 1, hostname="w@test").job.pk for _ in range(4)]
     assert order == [urgent.pk, first.pk, second.pk, low.pk]
-    assert queue_position(Job.objects.get(pk=low.pk)) is None
+    assert Job.objects.get(pk=low.pk).queue_position() is None
 
 
 def test_a_full_worker_waits_and_a_slot_change_takes_effect_at_the_next_claim(cpu_pool, user):

@@ -25,6 +25,8 @@ class Status(models.TextChoices):
 
 ACTIVE = (Status.QUEUED, Status.RUNNING, Status.CANCELLING)
 FINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+#: the order queued jobs of a pool are claimed in (and ``Job.queue_position`` counts in)
+QUEUE_ORDER = ("-priority", "id")
 
 #: old status -> the statuses it may move to
 TRANSITIONS: dict[str, frozenset[str]] = {
@@ -107,6 +109,14 @@ class Job(models.Model):
         if not self.started_at:
             return None
         return (self.finished_at or timezone.now()) - self.started_at
+
+    def queue_position(self) -> int | None:
+        """1 = next to start in its pool; None when the job is not queued. Counts in the claim order
+        (``QUEUE_ORDER``, which trainhub.runs.scheduling claims by)."""
+        if self.status != Status.QUEUED:
+            return None
+        ahead = Job.objects.filter(pool_id=self.pool_id, status=Status.QUEUED)
+        return ahead.filter(models.Q(priority__gt=self.priority) | models.Q(priority=self.priority, id__lt=self.pk)).count() + 1
 
     @property
     def progress(self) -> float | None:

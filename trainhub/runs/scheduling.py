@@ -17,9 +17,9 @@ import threading
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Q
+from django.db.models import Count
 
-from trainhub.jobs.models import Job, Status
+from trainhub.jobs.models import QUEUE_ORDER, Job, Status
 from trainhub.pools.models import Worker, WorkerPool
 from trainhub.runs.lifecycle import job_claim
 from trainhub.runs.models import GangMember, GpuLease
@@ -84,14 +84,6 @@ def gang_join(job: Job, worker: Worker, gpus: list[int], nodes: int) -> GangMemb
         return None
 
 
-def queue_position(job: Job) -> int | None:
-    """1 = next to start in its pool; None when the job is not queued."""
-    if job.status != Status.QUEUED:
-        return None
-    ahead = Job.objects.filter(pool_id=job.pool_id, status=Status.QUEUED)
-    return ahead.filter(Q(priority__gt=job.priority) | Q(priority=job.priority, id__lt=job.pk)).count() + 1
-
-
 def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") -> Decision:
     hint = Job.objects.filter(pk=hint_id).values("status", "attempt", "pool_id").first()
     if hint is None or hint["status"] != Status.QUEUED or hint["attempt"] != attempt:
@@ -115,7 +107,7 @@ def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") 
             per_owner = (Job.objects.filter(pool=pool, status__in=RUNNING).values("owner_id")
                          .annotate(n=Count("id")).filter(n__gte=pool.max_jobs_per_user))
             at_limit = {row["owner_id"] for row in per_owner}
-        queued = (Job.objects.filter(pool=pool, status=Status.QUEUED).order_by("-priority", "id")
+        queued = (Job.objects.filter(pool=pool, status=Status.QUEUED).order_by(*QUEUE_ORDER)
                   .only("id", "attempt", "spec", "mode", "owner_id", "priority", "lease_token")[:CANDIDATES])
         joined = set(GangMember.objects.filter(worker=worker, done=False).values_list("job_id", flat=True))
         for job in queued:
