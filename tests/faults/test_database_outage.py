@@ -129,7 +129,7 @@ def test_a_job_printing_through_a_locked_database_succeeds_with_every_line_once(
         pytest.skip("locks the SQLite file; on PostgreSQL tests/faults/test_postgres_outage.py cuts the connections instead")
     team_workspace(tmp_path)
     # a long lease: the lock outlasts SQLite's 30 s busy timeout, so the worker sees real errors
-    start_worker("cpu", extra_env={"TRAINHUB_LEASE_SECONDS": "120", "TRAINHUB_HEARTBEAT_SECONDS": "2"})
+    worker = start_worker("cpu", extra_env={"TRAINHUB_LEASE_SECONDS": "120", "TRAINHUB_HEARTBEAT_SECONDS": "2"})
     ticks = 900
     job = job_submit(owner=user, data=script("ticker.py", str(ticks), "0.05"))
     wait_for(lambda: Job.objects.get(pk=job.pk).log_lines > 20, timeout=60, message="the job to print")
@@ -152,3 +152,6 @@ def test_a_job_printing_through_a_locked_database_succeeds_with_every_line_once(
                     timeout=120, message="the job to finish")
     assert done.status == "succeeded", done.error
     assert_ticks_complete(job.pk, ticks)
+    # the lock really reached the worker: it kept the lines, said so, and said when the database was back
+    assert f"job {job.pk}: database unavailable (database is locked)" in worker.output()
+    assert f"job {job.pk}: database back after" in worker.output()
