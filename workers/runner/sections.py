@@ -125,6 +125,19 @@ class Notify(_Section):
     email: bool | None = Field(None, description="e-mail the owner when the job ends")
     on: list[Literal["succeeded", "failed", "cancelled"]] | None = Field(None, description="final statuses to notify")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on(cls, data):
+        """YAML 1.1 (PyYAML) reads the key ``on`` as the boolean true: take it as ``on``, the documented key."""
+        if isinstance(data, dict) and any(k is True for k in data):
+            if "on" in data:
+                raise SpecError({"notify.on": "given twice (once as 'on', once as a YAML true key); keep one"})
+            data = {("on" if k is True else k): v for k, v in data.items()}
+        if isinstance(data, dict) and any(isinstance(k, bool) for k in data):
+            raise SpecError({"notify": "a key reads as a YAML boolean (off/no/false); "
+                                       "the keys are webhook, email and on"})
+        return data
+
     @model_validator(mode="after")
     def _url(self) -> "Notify":
         problem = http_url_error(self.webhook) if self.webhook else None
