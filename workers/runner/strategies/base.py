@@ -36,6 +36,12 @@ class Strategy:
     def init_distributed(cls, args) -> None:
         """Join the process group of the launcher's rendezvous (env: RANK, MASTER_ADDR, ...)."""
 
+    @classmethod
+    def destroy_distributed(cls) -> None:
+        """Leave the process group (if any) once every strategy object has been torn down."""
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
     @property
     def is_main(self) -> bool:
         return self.rank == 0
