@@ -13,6 +13,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from workers.runner.checkpoint import load_file
+
 STATE_FILE = "state.pt"
 
 
@@ -90,7 +92,7 @@ class Strategy:
 
     def load_checkpoint(self, path: Path) -> dict[str, Any]:
         """Restore from directory ``path`` on every rank; returns the saved ``state``."""
-        blob = torch.load(path / STATE_FILE, map_location=self.device, weights_only=False)
+        blob = load_file(path / STATE_FILE, map_location=self.device)
         self.raw_model.load_state_dict(blob["model"])
         self.optimizer.load_state_dict(blob["optimizer"])
         self.scheduler.load_state_dict(blob["scheduler"])

@@ -11,7 +11,7 @@ import warnings
 
 import torch
 
-from workers.runner import dsconfig
+from workers.runner import checkpoint, dsconfig
 from workers.runner.strategies.base import Strategy
 
 CKPT_TAG = "engine"
@@ -45,6 +45,8 @@ class DeepSpeedStrategy(Strategy):
         engine, optimizer, _, scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=make_scheduler, config=config)
         self.model, self.raw_model = engine, engine.module
+        # DeepSpeed's own loader unpickles anything (weights_only=False); read its files as checkpoint.py does
+        engine.checkpoint_engine.load = _load_engine_file
         self.optimizer, self.scheduler = optimizer, scheduler
         precision = self.spec.deepspeed.precision
         self.input_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
@@ -122,3 +124,13 @@ def _release_zero3_module(module) -> None:
     for candidate in cached:
         if hasattr(candidate, "cache_clear"):
             candidate.cache_clear()
+
+
+def _load_engine_file(path: str, map_location=None):
+    """The engine's files, tensors and plain values only, plus the two plain-data classes DeepSpeed's
+    ZeRO optimizer states pickle (its stage enum and loss scaler)."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+
+    return checkpoint.load_file(path, map_location=map_location,
+                                allowed=(ZeroStageEnum, LossScaler, DynamicLossScaler))
