@@ -115,8 +115,10 @@ def _release_zero3_module(module) -> None:
     from deepspeed.runtime.zero import parameter_offload
     from deepspeed.runtime.zero.partitioned_param_coordinator import PartitionedParameterCoordinator
 
-    stack = parameter_offload.FWD_MODULE_STACK
-    stack[:] = [m for m in stack if m is not module]
+    # both are DeepSpeed internals: where a later DeepSpeed lacks one, there is nothing to drop
+    stack = getattr(parameter_offload, "FWD_MODULE_STACK", None)
+    if isinstance(stack, list):
+        stack[:] = [m for m in stack if m is not module]
     # one engine per runner process, so clearing the whole cache frees only this run's entries;
     # the cached function sits inside DeepSpeed's instrument_w_nvtx wrapper (a closure)
     fn = PartitionedParameterCoordinator.__dict__.get("_PartitionedParameterCoordinator__params_to_release")
