@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 
-from tests.runner.conftest import run_job
+from tests.runner.conftest import command, run_job
 from workers.runner.launch import RANK_LINE
 
 pytestmark = pytest.mark.slow
@@ -89,3 +91,24 @@ def test_deepspeed_zero3_on_two_ranks_exports_full_weights_and_continues_from_it
     assert second.of_type("start")[-1]["resumed_from"] == done
     assert second.of_type("end")[-1]["step"] == 2 * done
     assert second.metrics()[-1]["val_acc"] >= first.metrics()[-1]["val_acc"] - 0.02
+
+
+def test_a_zero3_rank_leaves_no_engine_and_no_deepspeed_process_group_alive_after_teardown(tmp_path):
+    # What a rank still holds when the interpreter exits is torn down in no fixed order, racing
+    # the other rank's exit: the engine and DeepSpeed's own gloo group (its threads included)
+    # once made a rank abort there ("terminate called without an active exception").
+    spec = _spec("deepspeed", deepspeed={"zero_stage": 3})
+    spec["train"].update(epochs=1, max_steps=4)
+    argv, env, cwd, _ = command(spec, tmp_path)
+    at = argv.index("-m", argv.index("torch.distributed.run") + 1)
+    argv[at:at + 2] = [str(Path(__file__).with_name("leftovers.py"))]
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=240)
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reports = [json.loads(line.split("LEFTOVERS ", 1)[1]) for line in proc.stdout.splitlines() if "LEFTOVERS " in line]
+    assert sorted(r["rank"] for r in reports) == ["0", "1"]
+    for report in reports:
+        assert report["engines"] == [], report
+        # torch itself keeps the default group's two worker threads after destroy_process_group
+        # (a DDP run too); a second group's would be DeepSpeed's clone of the world group
+        assert report["gloo_threads"] <= 2, report

@@ -48,3 +48,32 @@ def test_a_half_written_checkpoint_is_never_resumed_from(tmp_path, digits_spec):
 
     assert result.returncode == 0, result.stderr
     assert result.of_type("start")[0]["resumed_from"] is None
+
+
+class _RunsCode:
+    """Pickles as a call to ``exec``: loading it with ``weights_only=False`` would run the code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').write('pwned')",)
+
+
+@pytest.mark.parametrize("victim", ["state.pt", "rng-rank0.pt"])
+def test_a_checkpoint_file_holding_a_pickle_that_runs_code_is_refused_on_resume(tmp_path, digits_spec, victim):
+    digits_spec["train"].update(epochs=1)
+    run_dir = tmp_path / "run"
+    first = run_job(digits_spec, tmp_path, run_dir=run_dir)
+    assert first.returncode == 0, first.stderr
+    [ckpt] = [p for p in (run_dir / "checkpoints").iterdir() if p.name == f"step-{first.of_type('end')[-1]['step']}"]
+    marker = tmp_path / "pwned"
+    # e.g. a file of another job's checkpoint, copied here by checkpoint.start_from
+    torch.save({"model": _RunsCode(marker), "state": {"step": 1}}, ckpt / victim)
+
+    resumed = run_job(digits_spec, tmp_path, run_dir=run_dir)
+
+    assert resumed.returncode == 1
+    assert "holds objects other than tensors and plain values" in resumed.stderr
+    assert "checkpoint.resume: false" in resumed.stderr
+    assert not marker.exists(), "the pickle ran code"

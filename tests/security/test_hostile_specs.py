@@ -86,3 +86,48 @@ def test_shell_metacharacters_in_spec_values_stay_inert_argv_items(arg, tmp_path
                        "script": {"workspace": "ws", "entry": "train.py", "args": [arg]}})
     argv = launch.argv(spec, tmp_path / "job.yaml", tmp_path, workspace_dir=workspace)
     assert argv[-1] == arg and isinstance(argv, list)
+
+
+HOSTILE_OVERRIDES = [
+    ("csv_monitor", {"csv_monitor": {"enabled": True, "output_path": "/etc/cron.d/", "job_name": "x"}}),
+    ("tensorboard", {"tensorboard": {"enabled": True, "output_path": "/home/worker/.ssh/"}}),
+    ("flops_profiler", {"flops_profiler": {"enabled": True, "output_file": "/home/worker/.bashrc"}}),
+    ("wandb", {"wandb": {"enabled": True, "project": "leak"}}),
+    ("comms_logger", {"comms_logger": {"enabled": True}}),
+    ("zero_optimization.offload_optimizer.nvme_path",
+     {"zero_optimization": {"offload_optimizer": {"nvme_path": "/var/lib/trainhub"}}}),
+]
+
+
+def _deepspeed_spec(overrides: dict) -> dict:
+    return {"name": "ds", "mode": "deepspeed", "resources": {"procs_per_node": 2},
+            "deepspeed": {"zero_stage": 3, "overrides": overrides}}
+
+
+@pytest.mark.parametrize("key, overrides", HOSTILE_OVERRIDES, ids=[k for k, _ in HOSTILE_OVERRIDES])
+def test_deepspeed_overrides_that_write_files_or_reach_the_network_are_refused_by_the_api(api, key, overrides):
+    response = api.post("/api/jobs", json.dumps(_deepspeed_spec(overrides)), content_type="application/json")
+
+    assert response.status_code == 422, response.content
+    message = response.json()["errors"][f"deepspeed.overrides.{key}"]
+    assert message.startswith("not allowed") and "remove it" in message
+    assert not Job.objects.exists()
+
+
+def test_a_deepspeed_monitor_override_is_refused_by_the_new_job_form(api, monkeypatch):
+    monkeypatch.setattr("trainhub.jobs.services.job_enqueue", lambda job: None)
+    text = json.dumps(_deepspeed_spec({"csv_monitor": {"enabled": True, "output_path": "/tmp/anywhere"}}))
+    response = api.post("/jobs/new", {"spec_yaml": text, "action": "submit"})
+
+    assert response.status_code == 422
+    assert "deepspeed.overrides.csv_monitor: not allowed" in response.content.decode()
+    assert not Job.objects.exists()
+
+
+def test_deepspeed_overrides_that_tune_training_are_accepted(api, monkeypatch):
+    monkeypatch.setattr("trainhub.jobs.services.job_enqueue", lambda job: None)
+    tuning = {"zero_optimization": {"reduce_bucket_size": 500000, "stage3_max_live_parameters": 10**8,
+                                    "overlap_comm": False}, "bf16": {"immediate_grad_update": True}}
+    response = api.post("/api/jobs", json.dumps(_deepspeed_spec(tuning)), content_type="application/json")
+
+    assert response.status_code == 201, response.content

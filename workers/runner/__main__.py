@@ -43,8 +43,8 @@ def train(args: runner.Arguments) -> int:
         runner.init(args)
         device = runner.device.get_device(args)
         dataset = runner.data.load(args)
-        model = runner.model.create(args, dataset.output_dim)
-        runner.Runner(args, device, dataset, model).run()
+        # no local keeps the model: teardown frees it, and with it a ZeRO-3 model's process groups
+        runner.Runner(args, device, dataset, runner.model.create(args, dataset.output_dim)).run()
         return 0
     except Interrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr, flush=True)

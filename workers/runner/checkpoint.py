@@ -4,14 +4,19 @@ Each holds the strategy's files (``state.pt``, or the DeepSpeed engine's shards 
 every rank), each rank's RNG state (``rng-rank<R>.pt``) and the resolved config beside
 them. A checkpoint is first written to ``.tmp-step-<N>`` and renamed when complete, so a
 crash mid-write never leaves a half checkpoint that resume would pick.
+
+Every file is read with ``torch.load(weights_only=True)`` (``load_file``): tensors and plain
+Python values only. A checkpoint can come from another job (``checkpoint.start_from``), and a
+pickle that builds arbitrary objects would run that job's code here.
 """
 from __future__ import annotations
 
+import pickle
 import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import torch
@@ -60,6 +65,24 @@ def save(strategy, run_dir: Path, step: int, state: dict[str, Any], spec, keep_l
     return final
 
 
+class UnsafeCheckpoint(Exception):
+    """A checkpoint file holds objects other than tensors and plain values; it was not loaded."""
+
+
+def load_file(path: Path, map_location=None, allowed: Iterable[type] = ()) -> Any:
+    """``torch.load`` of tensors and plain values only (plus the ``allowed`` plain-data classes).
+
+    Raises ``UnsafeCheckpoint`` for anything else, without running any of it."""
+    try:
+        with torch.serialization.safe_globals(list(allowed)):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise UnsafeCheckpoint(
+            f"{path} holds objects other than tensors and plain values, which could run code when loaded, "
+            "so it was not loaded; resume only from checkpoints TrainHub wrote, or set checkpoint.resume: false "
+            f"(the loader said: {str(exc).splitlines()[-1][:200]})") from None
+
+
 def load(strategy, path: Path) -> dict[str, Any]:
     """Restore model/optimizer/scheduler and this rank's RNG; returns the loop state."""
     try:
@@ -69,7 +92,7 @@ def load(strategy, path: Path) -> dict[str, Any]:
                            "use a new run directory or set checkpoint.resume: false") from exc
     rng = path / f"rng-rank{strategy.rank}.pt"
     if rng.exists():
-        _set_rng_state(torch.load(rng, weights_only=False))
+        _set_rng_state(load_file(rng, allowed=_NUMPY_ARRAY))
     return state
 
 
@@ -79,14 +102,22 @@ def _prune(run_dir: Path, keep_last: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+#: numpy's array reconstruction (no code of its own), for RNG files written before numpy's
+#: state was saved as a plain list
+_NUMPY_ARRAY = (np.ndarray, np.dtype, np.dtypes.UInt32DType, np._core.multiarray._reconstruct)
+
+
 def _rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"python": random.getstate(), "numpy": (name, keys.tolist(), pos, has_gauss, gauss),
+            "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"])
     if state.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

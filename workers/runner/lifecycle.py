@@ -45,11 +45,25 @@ def init(args: Arguments) -> Arguments:
 
 
 def teardown(args: Arguments | None = None) -> None:
-    """Leave the process group; safe to call when there is none."""
+    """Leave the process group; safe to call when there is none.
+
+    Call it after the ``Runner`` (and the model given to it) are dropped. A gloo/nccl group ends
+    its threads only when its last reference goes; one kept alive (a ZeRO-3 engine's cycles, a
+    parameter's ``ds_process_group``) still runs its threads at interpreter exit, where a rank
+    can abort ("terminate called without an active exception"). So the garbage is collected
+    first, and the strategy leaves the group its own way (DeepSpeed through ``deepspeed.comm``).
+    """
+    import gc
+
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    gc.collect()
+    from workers.runner.strategies import STRATEGIES
+
+    strategy = STRATEGIES.get(args.spec.strategy_name) if args is not None else None
+    (strategy or STRATEGIES["single"]).destroy_distributed()
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -83,6 +83,7 @@ class Runner:
                                seconds=round(time.time() - started, 3))
             self.reporter.close()
             self.strategy.teardown()
+            self.model = None  # the engine: runner.teardown can then free the process groups
 
     def _train(self) -> None:
         spec, s, wl = self.spec, self.strategy, self.workload

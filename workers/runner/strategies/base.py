@@ -13,6 +13,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from workers.runner.checkpoint import load_file
+
 STATE_FILE = "state.pt"
 
 
@@ -35,6 +37,12 @@ class Strategy:
     @classmethod
     def init_distributed(cls, args) -> None:
         """Join the process group of the launcher's rendezvous (env: RANK, MASTER_ADDR, ...)."""
+
+    @classmethod
+    def destroy_distributed(cls) -> None:
+        """Leave the process group (if any) once every strategy object has been torn down."""
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
 
     @property
     def is_main(self) -> bool:
@@ -84,7 +92,7 @@ class Strategy:
 
     def load_checkpoint(self, path: Path) -> dict[str, Any]:
         """Restore from directory ``path`` on every rank; returns the saved ``state``."""
-        blob = torch.load(path / STATE_FILE, map_location=self.device, weights_only=False)
+        blob = load_file(path / STATE_FILE, map_location=self.device)
         self.raw_model.load_state_dict(blob["model"])
         self.optimizer.load_state_dict(blob["optimizer"])
         self.scheduler.load_state_dict(blob["scheduler"])
