@@ -26,7 +26,7 @@ def test_a_killed_worker_leaves_no_process_and_its_job_resumes_on_another(start_
 
     start_worker("cpu", name="second@test", extra_env=FAST_LEASES)
     done = wait_for(lambda: Job.objects.filter(pk=job.pk, status__in=["succeeded", "failed"]).first(),
-                    timeout=180, message="the retried job to finish")
+                    timeout=300, message="the retried job to finish")  # 2 shared cores
     assert done.status == "succeeded", done.error
     assert (done.attempt, done.interruptions) == (2, 1)
     retry = JobEvent.objects.get(job=done, old="running", new="queued")
