@@ -3,6 +3,8 @@ backoff and said so in its output, the dashboard answers throughout, the interru
 and succeeds, and a job submitted after Redis came back succeeds too."""
 from __future__ import annotations
 
+import io
+import os
 import signal
 import sqlite3
 import subprocess
@@ -16,7 +18,7 @@ import pytest
 
 from tests.conftest import ROOT, wait_for
 from tests.e2e.test_make_run import Up, answers, make_up_env
-from trainhub.core.management.commands.up import Backoff
+from trainhub.core.management.commands.up import Backoff, Command
 
 pytestmark = pytest.mark.slow
 FAST_LEASES = {"TRAINHUB_LEASE_SECONDS": "5", "TRAINHUB_HEARTBEAT_SECONDS": "1", "TRAINHUB_GRACE_SECONDS": "1"}
@@ -28,6 +30,38 @@ def test_the_restart_delay_doubles_up_to_30_s_and_starts_over_after_a_stable_min
     assert backoff.crashes == 7
     assert backoff.after_crash(uptime=61) == 1
     assert (backoff.crashes, backoff.after_crash(uptime=5)) == (1, 2)
+
+
+def test_a_crashed_child_is_restarted_after_its_backoff_and_a_web_crash_loop_stops_everything():
+    err = io.StringIO()
+    up = Command(stdout=io.StringIO(), stderr=err)
+    up.children = []
+    crash = [sys.executable, "-c", "raise SystemExit(3)"]
+    up._spawn("worker", crash, dict(os.environ))
+    worker = up.children[0]
+    worker.proc.wait()
+    up._supervise(worker)
+    assert "worker exited with code 3; restarting in 1 s" in err.getvalue()
+    dead = worker.proc
+    up._supervise(worker)
+    assert worker.proc is dead  # not before its backoff has passed
+    worker.restart_at = time.monotonic()
+    up._supervise(worker)
+    assert worker.proc is not dead and f"worker restarted (pid {worker.proc.pid})" in err.getvalue()
+
+    up._spawn("web", crash, dict(os.environ), give_up_after=3)
+    web = up.children[1]
+    for _ in range(2):
+        web.proc.wait()
+        up._supervise(web)
+        web.restart_at = time.monotonic()
+        up._supervise(web)
+    web.proc.wait()
+    with pytest.raises(KeyboardInterrupt):
+        up._supervise(web)
+    assert "web exited with code 3 3 times in a row; stopping everything" in err.getvalue()
+    assert "web exited with code 3; restarting in 2 s" in err.getvalue()
+    worker.proc.wait()
 
 
 def child(up: Up, word: str) -> psutil.Process | None:
