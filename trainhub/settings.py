@@ -154,6 +154,9 @@ TRAINHUB_LEASE_SECONDS = envint("TRAINHUB_LEASE_SECONDS", 30, minimum=5)
 # their environment from the executor. The three old names still work, with a warning.
 TRAINHUB_GRACE_SECONDS = envint(renamed("TRAINHUB_GRACE_SECONDS", "TRAINHUB_KILL_GRACE_SECONDS",
                                         "TRAINHUB_GUARD_GRACE_SECONDS", "TRAINHUB_STOP_GRACE_S"), 15, minimum=0)
+# Times a job may be put back in the queue through no fault of its own (its worker shut down or
+# was lost) before a lost worker fails it: a job that kills its machine would otherwise loop forever.
+TRAINHUB_MAX_INTERRUPTIONS = envint("TRAINHUB_MAX_INTERRUPTIONS", 10, minimum=0)
 # Workers: seconds between heartbeats; a worker silent for TRAINHUB_OFFLINE_SECONDS is shown offline.
 TRAINHUB_HEARTBEAT_SECONDS = envint("TRAINHUB_HEARTBEAT_SECONDS", 10, minimum=1)
 TRAINHUB_OFFLINE_SECONDS = envint("TRAINHUB_OFFLINE_SECONDS", 60, minimum=1)

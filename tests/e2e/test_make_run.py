@@ -53,13 +53,18 @@ class Up:
             return []
 
 
-@pytest.fixture
-def up_env(tmp_path):
+def make_up_env(tmp_path) -> dict:
+    """The environment of a fresh `manage.py up`: its own var directory and ports, no Redis given."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "TRAINHUB_RUNS_DIR")}
     env.update(TRAINHUB_VAR_DIR=str(tmp_path / "var"), TRAINHUB_PORT=str(free_port()),
                TRAINHUB_EMBEDDED_REDIS_PORT=str(free_port()), TRAINHUB_ADMIN_PASSWORD=PASSWORD,
                PYTHONUNBUFFERED="1")
     return env
+
+
+@pytest.fixture
+def up_env(tmp_path):
+    return make_up_env(tmp_path)
 
 
 def test_make_run_brings_everything_up_runs_a_job_and_ctrl_c_stops_it_all(up_env, tmp_path):

@@ -165,7 +165,7 @@ def test_a_worker_whose_heartbeats_stop_is_shown_offline_and_its_job_recovered(s
     def recovered():
         close_old_connections()
         jobs_reconcile()  # what every live worker's heartbeat runs
-        return Job.objects.get(pk=job.pk).status == "failed"
+        return Job.objects.get(pk=job.pk).status == "queued"  # interrupted: back to the queue
 
     wait_for(recovered, timeout=20, interval=0.5, message="the lost job to be recovered")
-    assert "lost worker" in JobEvent.objects.filter(job=job).last().reason
+    assert "interrupted: worker lost" in JobEvent.objects.filter(job=job).last().reason

@@ -170,8 +170,7 @@ def jobs_reconcile(now=None) -> int:
             continue
         job.refresh_from_db()
         job_release_gpus(job)
-        reason = f"worker {job.worker.hostname if job.worker else '?'} stopped renewing the lease"
-        if job_finish(job, Outcome(Status.FAILED, None, f"lost worker: {reason}")):
+        if _job_lost(job):
             recovered += 1
     if recovered or _workers_newly_lost(now):
         # A dead worker also took the messages it had reserved (acks_late: redelivered only after
@@ -180,6 +179,20 @@ def jobs_reconcile(now=None) -> int:
         now = now + timedelta(seconds=5)
     _resend_unsent(now)
     return recovered
+
+
+def _job_lost(job: Job) -> bool:
+    """Losing the machine is not the job's fault: back to the queue as an interruption (not
+    against ``max_restarts``) to resume from its checkpoint, unless it has been interrupted
+    more than ``TRAINHUB_MAX_INTERRUPTIONS`` times, which looks like a job that kills its workers."""
+    why = f"worker {job.worker.hostname if job.worker else '?'} stopped renewing the lease"
+    cap = settings.TRAINHUB_MAX_INTERRUPTIONS
+    if job.status == Status.CANCELLING or job.interruptions < cap:  # job_finish makes a cancelling job cancelled
+        return job_finish(job, Outcome(Status.QUEUED, None, f"interrupted: worker lost ({why})"))
+    reason = (f"interrupted {job.interruptions + 1} times, more than TRAINHUB_MAX_INTERRUPTIONS={cap} allows "
+              f"(the last: worker lost, {why}); find what kills its workers (memory, disk, the host) "
+              f"or raise TRAINHUB_MAX_INTERRUPTIONS")
+    return job.transition(Status.FAILED, reason=reason, expect=Status.RUNNING, error=reason)
 
 
 def _workers_newly_lost(now) -> bool:
