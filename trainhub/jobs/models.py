@@ -71,6 +71,8 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["owner", "-id"]),
             models.Index(fields=["status", "pool"]),
+            # the fair claim's per-owner seeks: each queued owner's best job, by QUEUE_ORDER
+            models.Index(fields=["pool", "status", "owner", "-priority", "id"], name="job_fair_claim"),
         ]
 
     def __str__(self) -> str:
