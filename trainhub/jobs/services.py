@@ -72,6 +72,8 @@ def _check_limits(spec: JobSpec, pool: WorkerPool, owner) -> None:
     if spec.priority > pool.max_priority:
         raise SpecError({"priority": f"{where} allows priorities up to {pool.max_priority}; "
                                      f"lower it to {pool.max_priority} or less"})
+    if pool.max_timeout_minutes and "timeout_minutes" not in spec.model_fields_set:  # a default within the limit
+        spec.timeout_minutes = min(spec.timeout_minutes, pool.max_timeout_minutes)
     if pool.max_timeout_minutes and spec.timeout_minutes > pool.max_timeout_minutes:
         raise SpecError({"timeout_minutes": f"{where} allows timeouts up to {pool.max_timeout_minutes} minutes; "
                                             f"set timeout_minutes to {pool.max_timeout_minutes} or less"})

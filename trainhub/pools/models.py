@@ -83,6 +83,8 @@ class WorkerPool(models.Model):
             raise ValidationError({"modes": f"unknown mode(s) {', '.join(bad)}; use some of {', '.join(MODES)}"})
         if self.default_priority > self.max_priority:
             raise ValidationError({"default_priority": "must not exceed the maximum priority"})
+        if self.max_timeout_minutes and self.default_timeout_minutes > self.max_timeout_minutes:
+            raise ValidationError({"default_timeout_minutes": "must not exceed the maximum timeout (or set it to 0)"})
         if 0 < self.log_retention_lines < LOG_RETENTION_MINIMUM:
             raise ValidationError({"log_retention_lines": f"keep at least {LOG_RETENTION_MINIMUM:,} lines (or 0 for all)"})
 
