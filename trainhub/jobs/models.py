@@ -73,7 +73,7 @@ class Job(models.Model):
             models.Index(fields=["status", "pool"]),
             # the fair claim's per-owner seeks: each queued owner's best job, by QUEUE_ORDER
             models.Index(fields=["pool", "status", "owner", "-priority", "id"], name="job_fair_claim"),
-            models.Index(fields=["pool", "owner", "-started_at"], name="job_fair_served"),  # round-robin turns
+            models.Index(fields=["owner", "pool", "-started_at"], name="job_fair_served"),  # round-robin turns
         ]
 
     def __str__(self) -> str:

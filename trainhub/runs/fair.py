@@ -55,7 +55,7 @@ class Usage:
 
 def owner_usage(pool: WorkerPool) -> Usage:
     running = Job.objects.filter(pool=pool, status__in=RUNNING).values("owner_id").annotate(n=Count("id"))
-    held = GpuLease.objects.filter(job__pool=pool).values("job__owner_id").annotate(n=Count("id"))
+    held = GpuLease.objects.filter(worker__pool=pool).values("job__owner_id").annotate(n=Count("id"))
     return Usage(running={r["owner_id"]: r["n"] for r in running},
                  gpus={r["job__owner_id"]: r["n"] for r in held},
                  max_running=pool.max_running_per_user, max_gpus=pool.max_gpus_per_user)

@@ -19,6 +19,6 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='job',
-            index=models.Index(fields=['pool', 'owner', '-started_at'], name='job_fair_served'),
+            index=models.Index(fields=['owner', 'pool', '-started_at'], name='job_fair_served'),
         ),
     ]
