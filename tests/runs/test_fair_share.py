@@ -83,12 +83,14 @@ def test_a_later_users_job_starts_next_on_a_real_one_slot_worker(start_worker, c
     start_worker("cpu", slots=1, name="fair1@test")
     online("fair1@test")
     blocker = job_submit(owner=user, data={**TINY, "train": {"epochs": 1}})
-    wait_for(lambda: Job.objects.get(pk=blocker.pk).status != "queued", timeout=60, message="alice's job to start")
+    wait_for(lambda: Job.objects.get(pk=blocker.pk).status != "queued", timeout=120, message="alice's job to start")
     with monkeypatch.context() as quiet:  # queued without run messages: the claim still sees them all
         quiet.setattr("trainhub.jobs.services.job_enqueue", lambda job: None)
         alices = queue(user, 250)
     bobs = job_submit(owner=bob, data=TINY)
-    wait_for(lambda: Job.objects.get(pk=bobs.pk).status == "succeeded", timeout=120, message="bob's job to finish")
-    assert not Job.objects.filter(pk__in=[j.pk for j in alices]).exclude(status="queued").exists()
+    wait_for(lambda: Job.objects.get(pk=bobs.pk).status == "succeeded", timeout=180, message="bob's job to finish")
+    bob_started = Job.objects.get(pk=bobs.pk).started_at
+    alice_started = Job.objects.filter(pk__in=[j.pk for j in alices], started_at__isnull=False)
+    assert not alice_started.filter(started_at__lte=bob_started).exists()  # the slot's next job was bob's
     for job in alices:
         job_cancel(Job.objects.get(pk=job.pk))
