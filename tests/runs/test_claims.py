@@ -59,7 +59,7 @@ def test_a_draining_pool_starts_nothing(cpu_pool, user):
 def test_the_per_user_limit_lets_other_users_jobs_pass(cpu_pool, user, django_user_model):
     bob = django_user_model.objects.create_user("bob")
     Worker.objects.create(hostname="w@test", pool=cpu_pool, threads=4)
-    WorkerPool.objects.filter(pk=cpu_pool.pk).update(slots_per_worker=4, max_jobs_per_user=1)
+    WorkerPool.objects.filter(pk=cpu_pool.pk).update(slots_per_worker=4, max_running_per_user=1)
     a1, a2, b1 = job_submit(owner=user, data=TINY), job_submit(owner=user, data=TINY), job_submit(owner=bob, data=TINY)
     assert claim_next(a1.pk, 1, hostname="w@test").job.pk == a1.pk
     assert claim_next(a2.pk, 1, hostname="w@test").job.pk == b1.pk

@@ -56,7 +56,8 @@ def test_drain_and_cancel_from_the_page_take_effect_and_are_recorded(staff_clien
 def test_an_admin_edit_is_recorded_with_who_and_what(staff_client, cpu_pool):
     url = f"/admin/pools/workerpool/{cpu_pool.pk}/change/"
     form = {"name": "cpu", "kind": "cpu", "queue": "cpu", "state": "enabled", "description": "",
-            "slots_per_worker": 3, "gpus_per_worker": 0, "modes": "", "max_jobs_per_user": 0,
+            "slots_per_worker": 3, "gpus_per_worker": 0, "modes": "", "max_running_per_user": 0,
+            "max_gpus_per_user": 0, "max_queued_per_user": 0, "max_timeout_minutes": 0, "max_restarts_limit": 5,
             "default_priority": 0, "max_priority": 100, "default_timeout_minutes": 0, "log_retention_lines": 0,
             "workers-TOTAL_FORMS": 0, "workers-INITIAL_FORMS": 0}
     response = staff_client.post(url, form)
@@ -71,7 +72,8 @@ def test_raising_slots_beyond_a_workers_threads_warns_how_to_fix_it(staff_client
     Worker.objects.create(hostname="small@test", pool=cpu_pool, threads=2)
     url = f"/admin/pools/workerpool/{cpu_pool.pk}/change/"
     form = {"name": "cpu", "kind": "cpu", "queue": "cpu", "state": "enabled", "description": "",
-            "slots_per_worker": 3, "gpus_per_worker": 0, "modes": "", "max_jobs_per_user": 0,
+            "slots_per_worker": 3, "gpus_per_worker": 0, "modes": "", "max_running_per_user": 0,
+            "max_gpus_per_user": 0, "max_queued_per_user": 0, "max_timeout_minutes": 0, "max_restarts_limit": 5,
             "default_priority": 0, "max_priority": 100, "default_timeout_minutes": 0, "log_retention_lines": 0,
             "workers-TOTAL_FORMS": 0, "workers-INITIAL_FORMS": 0}
     response = staff_client.post(url, form)

@@ -25,7 +25,7 @@ class Status(models.TextChoices):
 
 ACTIVE = (Status.QUEUED, Status.RUNNING, Status.CANCELLING)
 FINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
-#: the order queued jobs of a pool are claimed in (and ``Job.queue_position`` counts in)
+#: the order one owner's queued jobs are claimed in (the fair claim takes turns between owners)
 QUEUE_ORDER = ("-priority", "id")
 
 #: old status -> the statuses it may move to
@@ -71,6 +71,9 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["owner", "-id"]),
             models.Index(fields=["status", "pool"]),
+            # the fair claim's per-owner seeks: each queued owner's best job, by QUEUE_ORDER
+            models.Index(fields=["pool", "status", "owner", "-priority", "id"], name="job_fair_claim"),
+            models.Index(fields=["owner", "pool", "-started_at"], name="job_fair_served"),  # round-robin turns
         ]
 
     def __str__(self) -> str:
@@ -111,12 +114,24 @@ class Job(models.Model):
         return (self.finished_at or timezone.now()) - self.started_at
 
     def queue_position(self) -> int | None:
-        """1 = next to start in its pool; None when the job is not queued. Counts in the claim order
-        (``QUEUE_ORDER``, which trainhub.runs.scheduling claims by)."""
+        """About where the job stands in its pool's queue: 1 = next to start; None when not queued.
+
+        An estimate of the fair claim order (``trainhub.runs.fair``), which takes turns between
+        owners: an owner with ``u`` running jobs and this job as their ``r``-th queued job (by
+        ``QUEUE_ORDER``) is served in turn ``u + r``; every other owner's jobs in earlier turns
+        come first. Exact when one user queues alone; it ignores fit (GPUs, backfill), per-user
+        caps and the order within a turn, so "#3" may be a few places off with many users."""
         if self.status != Status.QUEUED:
             return None
-        ahead = Job.objects.filter(pool_id=self.pool_id, status=Status.QUEUED)
-        return ahead.filter(models.Q(priority__gt=self.priority) | models.Q(priority=self.priority, id__lt=self.pk)).count() + 1
+        queued = Job.objects.filter(pool_id=self.pool_id, status=Status.QUEUED)
+        ahead = models.Q(priority__gt=self.priority) | models.Q(priority=self.priority, id__lt=self.pk)
+        mine = queued.filter(ahead, owner_id=self.owner_id).count() + 1
+        running = dict(Job.objects.filter(pool_id=self.pool_id, status__in=(Status.RUNNING, Status.CANCELLING))
+                       .values_list("owner_id").order_by().annotate(n=models.Count("id")))
+        turn = running.get(self.owner_id, 0) + mine
+        others = (queued.exclude(owner_id=self.owner_id).values_list("owner_id").order_by()
+                  .annotate(n=models.Count("id")))
+        return mine + sum(min(n, max(0, turn - 1 - running.get(owner, 0))) for owner, n in others)
 
     @property
     def progress(self) -> float | None:

@@ -38,11 +38,10 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
                                  "change the mode or choose another pool"})
     if "priority" not in spec.model_fields_set:
         spec.priority = max(-100, min(100, pool.default_priority))
-    if spec.priority > pool.max_priority:
-        raise SpecError({"priority": f"pool {pool.name!r} allows priorities up to {pool.max_priority}; "
-                                     f"lower it to {pool.max_priority} or less"})
     if "timeout_minutes" not in spec.model_fields_set and pool.default_timeout_minutes:
         spec.timeout_minutes = pool.default_timeout_minutes
+    if not _exempt(owner):
+        _check_limits(spec, pool, owner)
     gpus = spec.resources.gpus_per_node
     if gpus and pool.kind != WorkerPool.Kind.GPU:
         raise SpecError({"resources.gpus_per_node": f"pool {pool.name!r} has no GPUs; set 0 or choose a GPU pool"})
@@ -60,6 +59,33 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
     workspace = Workspace.objects.filter(name=spec.script.workspace).first() if spec.script else None
     preflight(spec, None, workspace_dir=workspace.path if workspace else None)
     return spec, pool
+
+
+def _exempt(owner) -> bool:
+    """Staff and superusers may exceed a pool's limits (an urgent rerun, a long benchmark)."""
+    return owner is not None and (owner.is_staff or owner.is_superuser)
+
+
+def _check_limits(spec: JobSpec, pool: WorkerPool, owner) -> None:
+    """The pool's per-user limits at submit time; 0 = no limit (max_priority always applies)."""
+    where = f"pool {pool.name!r}"
+    if spec.priority > pool.max_priority:
+        raise SpecError({"priority": f"{where} allows priorities up to {pool.max_priority}; "
+                                     f"lower it to {pool.max_priority} or less"})
+    if pool.max_timeout_minutes and "timeout_minutes" not in spec.model_fields_set:  # a default within the limit
+        spec.timeout_minutes = min(spec.timeout_minutes, pool.max_timeout_minutes)
+    if pool.max_timeout_minutes and spec.timeout_minutes > pool.max_timeout_minutes:
+        raise SpecError({"timeout_minutes": f"{where} allows timeouts up to {pool.max_timeout_minutes} minutes; "
+                                            f"set timeout_minutes to {pool.max_timeout_minutes} or less"})
+    if pool.max_restarts_limit and spec.max_restarts > pool.max_restarts_limit:
+        raise SpecError({"max_restarts": f"{where} allows up to {pool.max_restarts_limit} restarts; "
+                                         f"set max_restarts to {pool.max_restarts_limit} or less"})
+    if owner is not None and pool.max_queued_per_user:
+        queued = Job.objects.filter(pool=pool, owner=owner, status=Status.QUEUED).count()
+        if queued >= pool.max_queued_per_user:
+            raise SpecError({"pool": f"you already have {queued} queued job(s) in {where}, its limit per user "
+                                     f"(max_queued_per_user = {pool.max_queued_per_user}); wait for some to start, "
+                                     "cancel some, or choose another pool"})
 
 
 def _check_start_from(start_from: str, owner) -> None:

@@ -33,8 +33,11 @@ class WorkerPoolAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ("name", "kind", "queue", "state", "description")}),
         ("Capacity", {"fields": ("slots_per_worker", "gpus_per_worker", "modes")}),
-        ("Who and how", {"fields": ("groups", "max_jobs_per_user", "default_priority", "max_priority",
+        ("Who and how", {"fields": ("groups", "default_priority", "max_priority",
                                     "default_timeout_minutes", "log_retention_lines")}),
+        ("Per-user limits (0 = none; staff may exceed)", {"fields": (
+            "max_running_per_user", "max_gpus_per_user", "max_queued_per_user", "max_timeout_minutes",
+            "max_restarts_limit")}),
     ]
 
     def save_model(self, request, obj, form, change):

@@ -42,10 +42,20 @@ class WorkerPool(models.Model):
                              help_text="comma-separated modes accepted (centralized, ddp, deepspeed, llm, script); "
                                        "empty = all")
     default_priority = models.SmallIntegerField(default=0, help_text="for jobs whose spec sets no priority")
-    max_priority = models.SmallIntegerField(default=100, help_text="higher priorities are refused at submit")
+    max_priority = models.SmallIntegerField(
+        default=50, help_text="higher priorities are refused at submit (staff may exceed)")
     groups = models.ManyToManyField(Group, blank=True, help_text="who may submit; none selected = everyone")
-    max_jobs_per_user = models.PositiveSmallIntegerField(
+    # Per-user limits a normal user cannot exceed (staff and superusers may); 0 = no limit.
+    max_running_per_user = models.PositiveSmallIntegerField(
         default=0, help_text="running jobs per user in this pool; more wait in the queue; 0 = no limit")
+    max_gpus_per_user = models.PositiveSmallIntegerField(
+        default=0, help_text="GPUs held by one user's running jobs in this pool; more wait in the queue; 0 = no limit")
+    max_queued_per_user = models.PositiveIntegerField(
+        default=0, help_text="queued jobs per user in this pool; more are refused at submit; 0 = no limit")
+    max_timeout_minutes = models.PositiveIntegerField(
+        default=0, help_text="longest timeout_minutes accepted at submit; 0 = no limit (the spec allows 30 days)")
+    max_restarts_limit = models.PositiveSmallIntegerField(
+        default=5, help_text="highest max_restarts accepted at submit; 0 = no limit (the spec allows 100)")
     default_timeout_minutes = models.PositiveIntegerField(
         default=0, help_text="for jobs whose spec sets no timeout; 0 = the spec's default (120)")
     log_retention_lines = models.PositiveIntegerField(
@@ -73,6 +83,8 @@ class WorkerPool(models.Model):
             raise ValidationError({"modes": f"unknown mode(s) {', '.join(bad)}; use some of {', '.join(MODES)}"})
         if self.default_priority > self.max_priority:
             raise ValidationError({"default_priority": "must not exceed the maximum priority"})
+        if self.max_timeout_minutes and self.default_timeout_minutes > self.max_timeout_minutes:
+            raise ValidationError({"default_timeout_minutes": "must not exceed the maximum timeout (or set it to 0)"})
         if 0 < self.log_retention_lines < LOG_RETENTION_MINIMUM:
             raise ValidationError({"log_retention_lines": f"keep at least {LOG_RETENTION_MINIMUM:,} lines (or 0 for all)"})
 

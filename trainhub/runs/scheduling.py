@@ -1,9 +1,10 @@
 """Which queued job a worker runs next, and with which GPUs.
 
-A run message is a wake-up for its pool, not an order: the worker claims the best queued
-job of the pool that fits it *now* (highest priority first, FIFO within a priority; a
-smaller job may start ahead of a bigger one that does not fit — backfill). Pool settings
-are read from the database at every claim, so admin changes need no worker restart.
+A run message is a wake-up for its pool, not an order: the worker claims a queued job of the
+pool that fits it *now*, fairly across users (``trainhub.runs.fair``: the user with the fewest
+running jobs goes first; each user's own jobs by priority, then age; a smaller job may start
+ahead of a bigger one that does not fit — backfill). Pool settings are read from the database
+at every claim, so admin changes need no worker restart.
 
 Every queued job keeps a message of its own: when a worker starts another job than the
 message's, the message is sent again for its job; when nothing fits, it goes back to the
@@ -17,16 +18,15 @@ import threading
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count
 
-from trainhub.jobs.models import QUEUE_ORDER, Job, Status
+from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Worker, WorkerPool
+from trainhub.runs.fair import candidates, owner_usage
 from trainhub.runs.lifecycle import job_claim
 from trainhub.runs.models import GangMember, GpuLease
 from workers.runner.errors import SpecError
 
 RUNNING = (Status.RUNNING, Status.CANCELLING)
-CANDIDATES = 200  # queued jobs looked at per claim, best first
 _claim_lock = threading.Lock()  # one claim at a time per worker process: slots are counted, then taken
 
 
@@ -101,28 +101,33 @@ def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") 
         running = slots_used(worker)
         if running >= slots:
             return Decision(wait=f"all {slots} slot(s) of {hostname} are busy")
-        free = free_gpus(worker)
-        at_limit: set[int] = set()
-        if pool.max_jobs_per_user:
-            per_owner = (Job.objects.filter(pool=pool, status__in=RUNNING).values("owner_id")
-                         .annotate(n=Count("id")).filter(n__gte=pool.max_jobs_per_user))
-            at_limit = {row["owner_id"] for row in per_owner}
-        queued = (Job.objects.filter(pool=pool, status=Status.QUEUED).order_by(*QUEUE_ORDER)
-                  .only("id", "attempt", "spec", "mode", "owner_id", "priority", "lease_token")[:CANDIDATES])
-        joined = set(GangMember.objects.filter(worker=worker, done=False).values_list("job_id", flat=True))
-        for job in queued:
-            nodes, gpus = needs(job)
-            if gpus > len(free) or job.owner_id in at_limit or job.pk in joined:
-                continue
-            if nodes > 1:
-                member = gang_join(job, worker, free[:gpus], nodes)
-                if member is not None:
-                    return Decision(job=job, gpus=free[:gpus], member=member)
-                free = free_gpus(worker)
-                continue
-            claimed = job_claim(job.pk, job.attempt, hostname=hostname, task_id=task_id, gpus=free[:gpus])
-            if claimed is not None:
-                return Decision(job=claimed, gpus=free[:gpus])
+        return _claim_fitting(pool, worker, hostname, task_id, slots - running)
+
+
+def _claim_fitting(pool: WorkerPool, worker: Worker, hostname: str, task_id: str, free_slots: int) -> Decision:
+    """The first job in the fair order that fits this worker's free GPUs and its owner's caps."""
+    free = free_gpus(worker)
+    usage = owner_usage(pool)
+    joined = set(GangMember.objects.filter(worker=worker, done=False).values_list("job_id", flat=True))
+    capped: set[str] = set()
+    for job in candidates(pool, usage):
+        nodes, gpus = needs(job)
+        why = usage.capped(job.owner_id, gpus)
+        if why:
+            capped.add(why)
+            continue
+        if gpus > len(free) or job.pk in joined:
+            continue
+        if nodes > 1:
+            member = gang_join(job, worker, free[:gpus], nodes)
+            if member is not None:
+                return Decision(job=job, gpus=free[:gpus], member=member)
             free = free_gpus(worker)
+            continue
+        claimed = job_claim(job.pk, job.attempt, hostname=hostname, task_id=task_id, gpus=free[:gpus])
+        if claimed is not None:
+            return Decision(job=claimed, gpus=free[:gpus])
+        free = free_gpus(worker)
+    held = f"; waiting on per-user limits: {', '.join(sorted(capped))}" if capped else ""
     return Decision(wait=f"no queued job of pool {pool.name} fits {hostname} now "
-                         f"({len(free)} free GPU(s), {slots - running} free slot(s))")
+                         f"({len(free)} free GPU(s), {free_slots} free slot(s)){held}")

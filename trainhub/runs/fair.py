@@ -1,0 +1,107 @@
+"""The fair claim order: one user's deep queue cannot crowd out everyone else.
+
+Among each user's best queued job (priority, then age — ``QUEUE_ORDER``) the job whose owner
+has the fewest running jobs in the pool goes first (ties: higher priority, then the owner whose
+last job started longest ago — a round-robin, so with one slot two users take turns — then
+older). When
+none of those best jobs fits the worker, each owner's next jobs are tried in the same owner
+order, up to ``PER_OWNER`` of them, so a job that cannot fit does not block its owner's others.
+
+Cost does not grow with queue depth: the owners and their best jobs come from one index seek
+per distinct queued owner, and each owner's last start from one more (a "loose index scan" on ``job_fair_claim`` — portable, no
+``DISTINCT ON``), so a claim costs O(owners × log jobs). That is fine for the tens of users a
+pool has; a pool with thousands of distinct queued owners would want a per-owner summary table.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from django.contrib.auth import get_user_model
+from django.db.models import Count, Q
+
+from trainhub.jobs.models import QUEUE_ORDER, Job, Status
+from trainhub.pools.models import WorkerPool
+from trainhub.runs.models import GpuLease
+
+RUNNING = (Status.RUNNING, Status.CANCELLING)
+PER_OWNER = 50  # an owner's queued jobs looked at per claim when their best ones do not fit
+_PAGE = 10
+_NEVER = datetime.min.replace(tzinfo=timezone.utc)  # an owner never served goes first among equals
+_FIELDS = ("id", "attempt", "spec", "mode", "owner_id", "priority", "lease_token")
+
+
+@dataclass
+class Usage:
+    """What each owner holds in the pool now, and the pool's claim-time caps."""
+
+    running: dict[int, int] = field(default_factory=dict)
+    gpus: dict[int, int] = field(default_factory=dict)
+    max_running: int = 0
+    max_gpus: int = 0
+    exempt: set[int] = field(default_factory=set)  # staff and superusers may exceed the caps
+
+    def capped(self, owner_id: int, gpus: int) -> str:
+        """Why this owner's job may not start now ("" when it may)."""
+        if owner_id in self.exempt:
+            return ""
+        if self.max_running and self.running.get(owner_id, 0) >= self.max_running:
+            return f"max_running_per_user = {self.max_running}"
+        if self.max_gpus and gpus and self.gpus.get(owner_id, 0) + gpus > self.max_gpus:
+            return f"max_gpus_per_user = {self.max_gpus}"
+        return ""
+
+
+def owner_usage(pool: WorkerPool) -> Usage:
+    running = Job.objects.filter(pool=pool, status__in=RUNNING).values("owner_id").annotate(n=Count("id"))
+    held = GpuLease.objects.filter(worker__pool=pool).values("job__owner_id").annotate(n=Count("id"))
+    return Usage(running={r["owner_id"]: r["n"] for r in running},
+                 gpus={r["job__owner_id"]: r["n"] for r in held},
+                 max_running=pool.max_running_per_user, max_gpus=pool.max_gpus_per_user)
+
+
+def best_per_owner(pool: WorkerPool) -> list[Job]:
+    """Each queued owner's best job, one index seek per owner (owner ascending)."""
+    queued = Job.objects.filter(pool=pool, status=Status.QUEUED).only(*_FIELDS)
+    best: list[Job] = []
+    last = 0
+    while (job := queued.filter(owner_id__gt=last).order_by("owner_id", *QUEUE_ORDER).first()) is not None:
+        best.append(job)
+        last = job.owner_id
+    return best
+
+
+def last_started(pool: WorkerPool, owners: list[int]) -> dict[int, datetime]:
+    """When each owner's most recent job in the pool started (one seek each on ``job_fair_served``)."""
+    started = Job.objects.filter(pool=pool, started_at__isnull=False).order_by("-started_at")
+    found = {o: started.filter(owner_id=o).values_list("started_at", flat=True).first() for o in owners}
+    return {o: at for o, at in found.items() if at is not None}
+
+
+def _after(job: Job) -> Iterator[Job]:
+    """The same owner's queued jobs behind ``job`` in QUEUE_ORDER, a page at a time, up to PER_OWNER."""
+    seen = 1
+    while seen < PER_OWNER:
+        behind = Q(priority__lt=job.priority) | Q(priority=job.priority, id__gt=job.pk)
+        page = list(Job.objects.filter(behind, pool_id=job.pool_id, status=Status.QUEUED, owner_id=job.owner_id)
+                    .order_by(*QUEUE_ORDER).only(*_FIELDS)[:min(_PAGE, PER_OWNER - seen)])
+        yield from page
+        if len(page) < _PAGE:
+            return
+        seen += len(page)
+        job = page[-1]
+
+
+def candidates(pool: WorkerPool, usage: Usage) -> Iterator[Job]:
+    """Queued jobs in the fair order: every owner's best job first, then each owner's next ones."""
+    best = best_per_owner(pool)
+    served = last_started(pool, [j.owner_id for j in best])
+    best.sort(key=lambda j: (usage.running.get(j.owner_id, 0), -j.priority, served.get(j.owner_id, _NEVER), j.pk))
+    staff = Q(is_staff=True) | Q(is_superuser=True)
+    usage.exempt = set(get_user_model().objects.filter(staff, pk__in=[j.owner_id for j in best])
+                       .values_list("pk", flat=True))
+    yield from best
+    for job in best:
+        if not usage.capped(job.owner_id, 0):  # a running cap holds all of the owner's jobs
+            yield from _after(job)
