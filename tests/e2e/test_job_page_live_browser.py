@@ -9,7 +9,7 @@ import pytest
 
 from tests.asgi_server import AsgiServer, server_env, session_cookie
 from tests.conftest import database_url, free_port
-from trainhub.jobs import runfiles
+from trainhub.jobs import rundir
 from trainhub.jobs import logs
 from trainhub.jobs.models import Job
 

@@ -138,7 +138,7 @@ def _validate(request: HttpRequest, form: JobForm) -> HttpResponse:
     if form.is_valid():
         try:
             data = form.spec_data()
-            spec_validate(data)
+            spec_validate(data, owner=request.user)
             preview = JobSpec.model_validate(data) if not form.uses_text() else None
         except SpecError as exc:
             form.add_spec_errors(exc.errors)
