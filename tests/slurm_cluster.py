@@ -58,7 +58,7 @@ def slurm_conf(root: Path, socket_path: Path, ports: dict[str, int]) -> str:
     for name in NODES:
         lines.append(f"NodeName={name} NodeAddr=127.0.0.1 NodeHostname={socket.gethostname()} Port={ports[name]} "
                      f"CPUs={CPUS_PER_NODE} Gres=gpu:{GPUS_PER_NODE} RealMemory=1000 State=UNKNOWN")
-    lines.append(f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=60 State=UP OverSubscribe=NO")
+    lines.append(f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=1440 State=UP OverSubscribe=NO")
     return "\n".join(lines) + "\n"
 
 
