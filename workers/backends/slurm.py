@@ -130,6 +130,9 @@ class SlurmHandle:
         if self.cancelled:
             return
         self.cancelled = True
+        if self.refresh(force=True).pending:  # nothing runs yet: no checkpoint to wait for
+            self._scancel()
+            return
         self.kill_at = time.monotonic() + grace
         # The job steps only, not the batch step (--full): srun there would take SIGTERM as
         # "terminate the step now" and kill every launcher before the runner could checkpoint.
