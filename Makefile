@@ -48,6 +48,7 @@ test-postgres: $(DEV_STAMP)
 	@if $(PY) -c "import psycopg,sys; psycopg.connect(sys.argv[1], connect_timeout=3).close()" "$(TEST_PG)" 2>/dev/null; then \
 		echo "== PostgreSQL: $(TEST_PG)"; \
 		DATABASE_URL="$(TEST_PG)" $(PY) -m pytest --ignore=tests/runner -m "not browser"; \
+	elif [ "$$CI" = true ]; then echo "CI=true: PostgreSQL at $(TEST_PG) does not answer; the PostgreSQL pass is required (set TRAINHUB_TEST_POSTGRES_URL)"; exit 1; \
 	else echo "== PostgreSQL at $(TEST_PG) does not answer: PostgreSQL run SKIPPED (set TRAINHUB_TEST_POSTGRES_URL)"; fi
 
 test-fast: $(DEV_STAMP)

@@ -1,7 +1,7 @@
 """The runner's GPU paths through the real launch path, on a lent GPU machine (one call, ~4 minutes).
 
 Each job spec is validated by ``workers.runner.config``, launched with the argv and environment
-``workers.launch`` builds for the executor (torchrun for several processes; CUDA_VISIBLE_DEVICES
+``workers.runner.launch`` builds for the executor (torchrun for several processes; CUDA_VISIBLE_DEVICES
 as a GPU lease sets it), and judged by what a user sees: exit code, final metrics, the GPU
 metrics in ``events.jsonl`` and the artifacts. Also lists the GPUs through NVML as the worker
 registry does. Missing packages travel as wheels in ``.whl/`` (see docs/LLM.md).
@@ -25,7 +25,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from workers import launch  # noqa: E402
+from workers.runner import launch  # noqa: E402
 from workers.runner.config import parse_spec  # noqa: E402
 from workers.runner.report import read_events  # noqa: E402
 
@@ -62,7 +62,7 @@ def run_case(name: str, raw: dict, work: Path, timeout: float) -> dict:
     run_dir = work / name
     run_dir.mkdir(parents=True, exist_ok=True)
     config = run_dir / "job.yaml"
-    config.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
+    config.write_text(yaml.safe_dump(spec.to_dict()))
     cmd = launch.argv(spec, config, run_dir)
     env = launch.env(spec, run_dir)
     if spec.resources.gpus_per_node:

@@ -135,7 +135,7 @@ def check_merged(run_dir: Path) -> dict:
 
 
 def via_runner(a, spec, run_dir: Path) -> dict:
-    from workers import launch
+    from workers.runner import launch
 
     config = run_dir.parent / "job.json"
     config.write_text(json.dumps(spec.to_dict()), encoding="utf-8")

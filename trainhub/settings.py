@@ -6,7 +6,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from trainhub.core.clientip import parse_trusted_proxies
-from trainhub.env import envbool, envint, envstr
+from trainhub.env import envbool, envfloat, envint, envstr, renamed
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("TRAINHUB_VAR_DIR", str(BASE_DIR / "var")))
@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "trainhub.core",
     "trainhub.pools",
     "trainhub.jobs",
+    "trainhub.runs",
     "trainhub.api",
     "trainhub.notify",
 ]
@@ -148,8 +149,23 @@ DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "trainhub@localhost")
 TRAINHUB_RUNS_DIR = Path(envstr("TRAINHUB_RUNS_DIR", str(VAR_DIR / "runs")))
 # Seconds a running job's lease lasts without a renewal from its worker.
 TRAINHUB_LEASE_SECONDS = envint("TRAINHUB_LEASE_SECONDS", 30, minimum=5)
-# Seconds between SIGTERM and SIGKILL when a job is cancelled or times out.
-TRAINHUB_KILL_GRACE_SECONDS = envint("TRAINHUB_KILL_GRACE_SECONDS", 15, minimum=0)
+# Seconds a job gets between SIGTERM and SIGKILL (cancel, timeout, a lost worker) to write its
+# last checkpoint. One value for the worker, the job's guard and the runner, which get it in
+# their environment from the executor. The three old names still work, with a warning.
+TRAINHUB_GRACE_SECONDS = envint(renamed("TRAINHUB_GRACE_SECONDS", "TRAINHUB_KILL_GRACE_SECONDS",
+                                        "TRAINHUB_GUARD_GRACE_SECONDS", "TRAINHUB_STOP_GRACE_S"), 15, minimum=0)
+# Workers: seconds between heartbeats; a worker silent for TRAINHUB_OFFLINE_SECONDS is shown offline.
+TRAINHUB_HEARTBEAT_SECONDS = envint("TRAINHUB_HEARTBEAT_SECONDS", 10, minimum=1)
+TRAINHUB_OFFLINE_SECONDS = envint("TRAINHUB_OFFLINE_SECONDS", 60, minimum=1)
+# Seconds a multi-node job waits for all its nodes after the first joins (docs/POOLS.md).
+TRAINHUB_GANG_TIMEOUT_SECONDS = envfloat("TRAINHUB_GANG_TIMEOUT_SECONDS", 120, minimum=0)
+# Log lines kept per job of each pool, e.g. "gpu=5000000,*=0" (trainhub/jobs/retention.py parses it).
+TRAINHUB_LOG_RETENTION = envstr("TRAINHUB_LOG_RETENTION", "")
+# `make run` (trainhub/core/management/commands/up.py).
+TRAINHUB_HOST = envstr("TRAINHUB_HOST", "127.0.0.1")
+TRAINHUB_PORT = envint("TRAINHUB_PORT", 8000, minimum=1, maximum=65535)
+TRAINHUB_EMBEDDED_REDIS_PORT = envint("TRAINHUB_EMBEDDED_REDIS_PORT", 6380, minimum=1, maximum=65535)
+TRAINHUB_ADMIN_PASSWORD = envstr("TRAINHUB_ADMIN_PASSWORD")
 
 LOGGING = {
     "version": 1,

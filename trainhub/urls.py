@@ -16,8 +16,8 @@ urlpatterns = [
     # [\s\S]: a path converter stops at a newline (%0A), which would fall through to Django's HTML 404.
     re_path(r"^api/(?P<rest>[\s\S]*)\Z", api_errors.not_found),
     path("tokens/", include("trainhub.api.urls")),
-    path("templates/", include("trainhub.jobs.template_views")),
-    path("pools/", include("trainhub.pools.views")),
+    path("templates/", include("trainhub.jobs.views.templates")),
+    path("pools/", include("trainhub.runs.pool_views")),
     path("notifications/", include("trainhub.notify.urls")),
     path("", include("trainhub.jobs.urls")),
 ]

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from trainhub.jobs import logs
-from trainhub.jobs.lifecycle import DB_ERRORS
+from trainhub.runs.lifecycle import DB_ERRORS
 from workers.logwriter import DbOutage
 from workers.runner.report import read_events
 

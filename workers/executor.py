@@ -15,13 +15,15 @@ from pathlib import Path
 
 from django.conf import settings
 
-from trainhub.jobs.lifecycle import DB_ERRORS, Outcome, job_renew
+from trainhub.runs.lifecycle import DB_ERRORS, Outcome, job_renew
+from trainhub.jobs import rundir
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
-from workers import backends, launch, process
+from workers import backends, process
 from workers.events import EventReader
 from workers.logwriter import DbOutage, LogWriter
-from workers.runner.config import JobSpec, dump_yaml, parse_spec
+from workers.runner import fence, launch
+from workers.runner.config import JobSpec, dump_yaml
 
 log = logging.getLogger(__name__)
 EVENTS_SECONDS = 1.0  # how often metrics and progress are read from events.jsonl
@@ -34,7 +36,7 @@ Stop = tuple[str, str]  # (final status, reason)
 
 
 def run_dir_for(job: Job) -> Path:
-    return Path(settings.TRAINHUB_RUNS_DIR) / f"job-{job.pk}"
+    return rundir.run_dir(job.pk)
 
 
 def prepare(job: Job, spec: JobSpec, run_dir: Path, *, config_name: str, launch_kwargs: dict,
@@ -42,12 +44,15 @@ def prepare(job: Job, spec: JobSpec, run_dir: Path, *, config_name: str, launch_
     """Write the job's config into its run directory and say what a backend is to start:
     ``launch.argv`` (a gang's node: with ``launch_kwargs``) in the job's environment."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    fence.claim(run_dir, job.attempt)  # a late run of an older attempt now writes nothing more here
     config_path = run_dir / config_name
     config_path.write_text(dump_yaml(spec), encoding="utf-8")
     workspace_dir = Path(Workspace.objects.get(name=spec.script.workspace).path) if spec.script else None
     return backends.RunRequest(
         argv=launch.argv(spec, config_path, run_dir, workspace_dir=workspace_dir, **launch_kwargs),
-        env=process.child_env(spec, run_dir, workspace_dir, env_extra),
+        env=process.child_env(spec, run_dir, workspace_dir, {
+            **env_extra, "TRAINHUB_ATTEMPT": str(job.attempt),
+            "TRAINHUB_GRACE_SECONDS": str(settings.TRAINHUB_GRACE_SECONDS)}),  # the guard's and the runner's grace
         cwd=launch.cwd(spec, run_dir, workspace_dir), run_dir=run_dir, job_id=job.pk, attempt=job.attempt,
         node_rank=launch_kwargs.get("node_rank", 0))
 
@@ -58,7 +63,7 @@ class Execution:
         self.job = job
         self.env_extra = dict(env_extra or {})  # from the scheduler, e.g. CUDA_VISIBLE_DEVICES of the GPU lease
         self.launch_kwargs = dict(launch_kwargs or {})  # a gang's node: nnodes, node_rank, rdzv_endpoint, rdzv_id
-        self.spec = parse_spec(job.spec)
+        self.spec = job.spec_model
         self.run_dir = run_dir_for(job)
         self.outage = DbOutage(job.pk)  # one view of the database for the log, the events and the lease
         self.log = LogWriter(job, self.outage)
@@ -116,7 +121,7 @@ class Execution:
         target_root = self.run_dir / "checkpoints"
         if not source or (target_root.is_dir() and any(target_root.iterdir())):
             return
-        origin = Path(settings.TRAINHUB_RUNS_DIR) / source  # the spec pattern allows job-N/checkpoints/step-M only
+        origin = rundir.checkpoint_dir(source)  # the spec pattern allows job-N/checkpoints/step-M only
         shutil.copytree(origin, target_root / origin.name)
         self.system(f"starting from checkpoint {source}")
 
@@ -124,7 +129,7 @@ class Execution:
         """Ask the processes to stop, storing their output during the grace period; then they are killed."""
         assert self.handle is not None
         self.system(f"stopping: {why}")
-        self.handle.cancel(settings.TRAINHUB_KILL_GRACE_SECONDS)
+        self.handle.cancel(settings.TRAINHUB_GRACE_SECONDS)
         while self.handle.poll() is None:
             self.flush_lines()
             time.sleep(0.1)

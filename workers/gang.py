@@ -14,15 +14,14 @@ import time
 
 from django.conf import settings
 
-from trainhub.jobs.lifecycle import Outcome
+from trainhub.runs.lifecycle import Outcome
 from trainhub.jobs.models import Job, Status
 from workers import backends, executor, gang_logs
-from workers.runner.config import parse_spec
 
 
 def run_node(job: Job, *, launch_kwargs: dict, env_extra: dict[str, str], backend: str = "local") -> Outcome | None:
     """Run this node until it exits or the job stops. Returns a failure to record, or None."""
-    spec = parse_spec(job.spec)
+    spec = job.spec_model
     rank = launch_kwargs["node_rank"]
     run_dir = executor.run_dir_for(job)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -49,7 +48,7 @@ def run_node(job: Job, *, launch_kwargs: dict, env_extra: dict[str, str], backen
             next_check = time.monotonic() + 0.5
             if executor.SHUTDOWN.is_set() or not owned.exists():
                 stopped = True
-                handle.cancel(settings.TRAINHUB_KILL_GRACE_SECONDS)
+                handle.cancel(settings.TRAINHUB_GRACE_SECONDS)
         code = handle.poll()
         handle.close(executor.READERS_SECONDS)
         forward()

@@ -14,7 +14,8 @@ import subprocess
 import sys
 import time
 
-GRACE_SECONDS = float(os.environ.get("TRAINHUB_GUARD_GRACE_SECONDS", "15"))  # the runner checkpoints within 15 s
+# The worker puts its TRAINHUB_GRACE_SECONDS (trainhub/settings.py) into the job environment it starts us with.
+GRACE_SECONDS = float(os.environ.get("TRAINHUB_GRACE_SECONDS", "15"))
 
 
 def main(argv: list[str]) -> int:

@@ -7,7 +7,7 @@ nothing until the bar finishes, and a line without end cannot grow the buffer pa
 """
 from __future__ import annotations
 
-from workers import launch
+from workers.runner import launch
 
 MAX_LINE = 16_384  # characters; longer lines are cut with a marker
 MAX_LINE_BYTES = MAX_LINE * 4

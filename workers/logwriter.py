@@ -15,7 +15,7 @@ import time
 from django.db import connection
 
 from trainhub.jobs import logs, retention
-from trainhub.jobs.lifecycle import DB_ERRORS, drop_connection
+from trainhub.runs.lifecycle import DB_ERRORS, drop_connection
 from trainhub.jobs.models import Job
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from subprocess import PIPE, Popen
 
-from workers import launch
+from workers.runner import launch
 from workers.lines import PARTIAL_SECONDS, LineSplitter
 from workers.runner.config import JobSpec
 

@@ -13,12 +13,13 @@ django.setup()
 
 from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down  # noqa: E402
 
-from trainhub.jobs.lifecycle import DB_ERRORS, Outcome, drop_connection, job_finish, job_release_gpus  # noqa: E402
+from trainhub.runs.lifecycle import DB_ERRORS, Outcome, drop_connection, job_finish, job_release_gpus  # noqa: E402
 from trainhub.jobs import retention  # noqa: E402
 from trainhub.jobs.models import Job, LogLine, Status  # noqa: E402
 from trainhub.jobs.services import job_enqueue  # noqa: E402
-from trainhub.pools import gang, registry, scheduling  # noqa: E402
-from trainhub.pools.models import GangMember  # noqa: E402
+from trainhub.pools import registry  # noqa: E402
+from trainhub.runs import gang, heartbeat, scheduling  # noqa: E402
+from trainhub.runs.models import GangMember  # noqa: E402
 from workers import executor  # noqa: E402
 from workers import gang as gang_node  # noqa: E402
 from workers.app import app  # noqa: E402
@@ -75,7 +76,7 @@ def _gpu_env(job: Job, gpus: list[int]) -> dict[str, str]:
 
 def _run_gang_member(member: GangMember, env_extra: dict[str, str], *, task_id: str) -> str:
     """Hold this worker's place in a multi-node job's gang; run its node once all have joined."""
-    nodes = scheduling.needs(member.job.spec)[0]
+    nodes = scheduling.needs(member.job)[0]
     try:
         if GangMember.objects.filter(job_id=member.job_id, attempt=member.attempt).count() < nodes:
             _send_again(member.job_id)  # so that another worker hears of the gang
@@ -152,7 +153,7 @@ def _close_to_jobs(**_):
 
 @worker_ready.connect
 def _register(sender, **_):
-    registry.worker_online(getattr(sender, "hostname", ""))
+    heartbeat.worker_start(getattr(sender, "hostname", ""))  # registers in the pool, then beats
 
 
 @worker_shutting_down.connect

@@ -1,14 +1,14 @@
-// Live metric charts (uPlot, served locally) and the progress bar with ETA.
-// Polls GET /jobs/ID/metrics.json?after=STEP while the job is active; one chart per series.
+// Live metric charts (uPlot, served locally) and the progress bars with ETA; one chart per series.
+// While the job is active, points and progress come from the page's live stream (logview.js
+// relays its "metrics" and "progress" events); a finished job's page reads metrics.json once.
 (function () {
   "use strict";
   var card = document.getElementById("charts-card");
   if (!card || !window.uPlot) return;
   var box = document.getElementById("charts");
-  var bar = document.getElementById("job-progress");
   var eta = document.getElementById("job-eta");
   var url = card.dataset.metricsUrl;
-  var data = {}, charts = {}, lastStep = -1;
+  var data = {}, charts = {};
 
   function duration(s) {
     s = Math.round(s);
@@ -18,7 +18,8 @@
 
   function progress(p) {
     if (!p.total_steps) return;
-    bar.value = Math.min(1, p.step / p.total_steps);
+    document.querySelectorAll("progress.job-progress").forEach(function (b) { b.value = Math.min(1, p.step / p.total_steps); });
+    document.querySelectorAll(".job-steps").forEach(function (s) { s.textContent = "step " + p.step + "/" + p.total_steps; });
     var text = "step " + p.step + "/" + p.total_steps;
     if (p.elapsed_seconds) text += " · elapsed " + duration(p.elapsed_seconds);
     if (p.active && p.eta_seconds != null) text += " · ETA " + duration(p.eta_seconds);
@@ -46,7 +47,6 @@
         if (d.steps.length && s.steps[i] <= d.steps[d.steps.length - 1]) continue;
         d.steps.push(s.steps[i]);
         d.values.push(s.values[i]);
-        if (s.steps[i] > lastStep) lastStep = s.steps[i];
       }
       if (!d.steps.length) return;
       var empty = box.querySelector("p.muted");
@@ -56,15 +56,10 @@
     });
   }
 
-  function poll() {
-    fetch(url + "?after=" + lastStep, { credentials: "same-origin" })
-      .then(function (r) { return r.json(); })
-      .then(function (p) {
-        merge(p.series);
-        progress(p);
-        if (p.active) setTimeout(poll, 2000);
-      })
-      .catch(function () { setTimeout(poll, 5000); });
-  }
-  poll();
+  document.addEventListener("job:metrics", function (e) { merge(e.detail.series); });
+  document.addEventListener("job:progress", function (e) { progress(e.detail); });
+  if (card.dataset.active === "1") return;
+  fetch(url, { credentials: "same-origin" })
+    .then(function (r) { return r.json(); })
+    .then(function (p) { merge(p.series); progress(p); });
 })();

@@ -1,5 +1,10 @@
-// Follows a job's log over Server-Sent Events (GET /jobs/ID/logs/stream).
-// Rows arrive pre-rendered and escaped by the server; this script only places them.
+// The job page's one live channel: GET /jobs/ID/logs/stream?channel=page (Server-Sent Events).
+// Log lines arrive pre-rendered and escaped by the server; this script only places them.
+// The same stream carries the page's sections as named events: status, history and files
+// (the partials' HTML, swapped in place) and progress and metrics (handed to charts.js as
+// "job:progress" / "job:metrics" DOM events). Every (re)connect starts with a snapshot of
+// the sections, so a page that lost its connection shows the truth again once it is back.
+// Nothing polls: when the job is final the server sends "end" and the page stops listening.
 // The page keeps at most MAX_ROWS rows: older ones are dropped and come back through
 // "Load older lines", so a job printing millions of lines never fills the browser.
 (function () {
@@ -11,7 +16,8 @@
   var button = document.getElementById("log-follow");
   var streamUrl = new URL(log.dataset.streamUrl, location.href);
   var lastSeq = parseInt(streamUrl.searchParams.get("after") || "-1", 10);
-  var source = null, following = true, pending = [], scheduled = false;
+  var source = null, following = log.dataset.follow === "1", pending = [], scheduled = false;
+  var SECTIONS = { status: "job-status", history: "job-history", files: "job-files" };
 
   function say(text) { if (state) state.textContent = text; }
   function atBottom() { return log.scrollHeight - log.scrollTop - log.clientHeight < 40; }
@@ -59,36 +65,69 @@
     if (!scheduled) { scheduled = true; setTimeout(flush, 16); }
   }
 
+  function swap(name, event) {
+    var data = JSON.parse(event.data), old = document.getElementById(SECTIONS[name]);
+    if (old && data.html) {
+      var box = document.createElement("div");
+      box.innerHTML = data.html.trim();
+      var fresh = box.firstElementChild;
+      old.replaceWith(fresh);
+      if (window.htmx) window.htmx.process(fresh);
+    }
+    relay(name, data);
+  }
+
+  function relay(name, data) {
+    document.dispatchEvent(new CustomEvent("job:" + name, { detail: data }));
+  }
+
   function open() {
+    streamUrl.searchParams.set("channel", "page");
     streamUrl.searchParams.set("after", lastSeq);
-    source = new EventSource(streamUrl.href);
-    source.onopen = function () { say("live"); };
+    if (following) streamUrl.searchParams.delete("lines");
+    else streamUrl.searchParams.set("lines", "0"); // paused, or old lines on screen: sections only
+    var mine = source = new EventSource(streamUrl.href);
+    source.onopen = function () { if (following) say("live"); };
     source.onmessage = onLine;
+    Object.keys(SECTIONS).forEach(function (name) {
+      source.addEventListener(name, function (event) { swap(name, event); });
+    });
+    ["progress", "metrics"].forEach(function (name) {
+      source.addEventListener(name, function (event) { relay(name, JSON.parse(event.data)); });
+    });
     source.addEventListener("end", function (event) {
       flush();
       close();
       var info = JSON.parse(event.data);
       say("job " + info.status + " · end of log");
       if (button) button.hidden = true;
+      relay("end", info);
     });
     source.onerror = function () {
-      // EventSource reconnects by itself and sends Last-Event-ID; the server resumes there.
-      if (source && source.readyState !== EventSource.CLOSED) say("reconnecting…");
+      // EventSource reconnects by itself and sends Last-Event-ID; the server resumes there and
+      // sends the sections afresh. Only a refused reconnect closes it for good: try again later.
+      if (source !== mine) return;
+      if (source.readyState === EventSource.CLOSED) { source = null; setTimeout(function () { if (!source) open(); }, 3000); }
+      say("reconnecting…");
     };
   }
 
   function close() { if (source) { source.close(); source = null; } }
 
-  if (log.dataset.follow !== "1" || !window.EventSource) return;
+  if (log.dataset.live !== "1" || !window.EventSource) return;
   log.scrollTop = log.scrollHeight;
-  if (button) {
+  if (button && following) {
     button.hidden = false;
     button.addEventListener("click", function () {
       following = !following;
       button.setAttribute("aria-pressed", following ? "true" : "false");
       button.textContent = following ? "Following · pause" : "Paused · follow";
-      if (following) { open(); log.scrollTop = log.scrollHeight; } else { flush(); close(); say("paused"); }
+      flush();
+      close();
+      open(); // with lines again, or the sections only while paused
+      if (following) log.scrollTop = log.scrollHeight; else say("paused");
     });
   }
-  open();
+  // After every deferred script (charts.js) has run, so no section event finds nobody listening.
+  document.addEventListener("DOMContentLoaded", open);
 })();

@@ -77,3 +77,28 @@ def test_a_job_without_a_run_directory_lists_nothing(api, user, cpu_pool, settin
     job = Job.objects.create(owner=user, name="j", mode="centralized", spec={}, pool=cpu_pool)
     assert api.get(f"/api/jobs/{job.pk}/artifacts").json() == []
     assert api.get(f"/api/jobs/{job.pk}/checkpoints").json() == []
+
+
+def test_a_fifo_in_the_run_directory_is_absent_and_never_blocks(api, job, settings):
+    import os
+
+    os.mkfifo(settings.TRAINHUB_RUNS_DIR / f"job-{job.pk}" / "pipe")
+    response = api.get(f"/api/jobs/{job.pk}/files/pipe")  # an open() without O_NONBLOCK would hang here
+    assert response.status_code == 404
+    assert "pipe" not in [a["path"] for a in api.get(f"/api/jobs/{job.pk}/artifacts").json()]
+
+
+def test_the_listing_stops_walking_at_its_cap(api, job, settings, monkeypatch):
+    from trainhub.jobs import runfiles as rundir
+
+    run = settings.TRAINHUB_RUNS_DIR / f"job-{job.pk}"
+    for d in range(20):
+        (run / f"many-{d:02}").mkdir()
+        (run / f"many-{d:02}" / "f.txt").write_text("x")
+    scanned = []
+    real_scandir = rundir.os.scandir
+    monkeypatch.setattr(rundir.os, "scandir", lambda fd: scanned.append(fd) or real_scandir(fd))
+    monkeypatch.setattr(rundir, "MAX_LISTED", 3)
+    paths = [a["path"] for a in api.get(f"/api/jobs/{job.pk}/artifacts").json()]
+    assert paths == ["final/model.pt", "many-00/f.txt", "many-01/f.txt"]
+    assert len(scanned) <= 4  # the root, final, many-00, many-01: not all twenty

@@ -138,3 +138,26 @@ def test_a_mode_switch_renames_an_untouched_default_name_only(user_client, cpu_p
     assert 'value="tiny-llm"' in fresh and 'hx-swap-oob="true"' in fresh
     typed = user_client.get("/jobs/new?fragment=mode-fields&mode=llm&name=my-own-run").content.decode()
     assert 'id="id_name"' not in typed
+
+
+def test_the_forms_choices_come_from_the_spec_model_custom_size_included(user_client, cpu_pool):
+    from workers.runner.config import LLM, Script
+
+    llm = user_client.get("/jobs/new?fragment=mode-fields&mode=llm").content.decode()
+    for size in LLM.model_fields["size"].annotation.__args__:
+        assert f'<option value="{size}"' in llm, size
+    script = user_client.get("/jobs/new?fragment=mode-fields&mode=script").content.decode()
+    assert all(f'<option value="{v}"' in script for v in Script.model_fields["launcher"].annotation.__args__)
+
+
+def test_a_custom_size_without_its_shape_is_refused_on_the_size_field(user_client, cpu_pool):
+    llm = {**FORM, "mode": "llm", "name": "tiny", "nodes": 1, "procs_per_node": 1, "arch": "llama", "size": "custom",
+           "seq_len": 64, "tokenizer": "byte", "lora_r": 0, "strategy": ""}
+    response = user_client.post("/jobs/new", llm)
+    assert response.status_code == 422 and "custom needs d_model" in " ".join(response.context["form"].errors["size"])
+
+
+def test_a_yaml_spec_with_workload_and_strategy_opens_in_the_form_as_its_mode(user_client, cpu_pool):
+    yaml = "name: spread\nworkload: classify\nstrategy: ddp\nresources: {procs_per_node: 2}\n"
+    form = user_client.post("/jobs/new", {"action": "to_form", "spec_yaml": yaml}).context["form"]
+    assert form.mode == "ddp" and form.initial["procs_per_node"] == 2 and not form.initial["extra"]

@@ -1,7 +1,7 @@
 """A job submitted through the web form runs on a real Celery worker and succeeds."""
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import job_processes, wait_for
 from trainhub.jobs.models import Job, JobEvent, LogLine, Metric
 
 pytestmark = pytest.mark.slow
@@ -41,7 +41,6 @@ def test_a_job_submitted_in_the_browser_form_runs_on_a_worker_and_succeeds(start
 
 
 def test_cancelling_a_running_job_stops_its_processes(start_worker, cpu_pool, user_client):
-    import psutil
 
     start_worker("cpu")
     spec = {"name": "long", "data": {"dataset": "synthetic", "samples": 100000}, "train": {"epochs": 50}}
@@ -53,5 +52,5 @@ def test_cancelling_a_running_job_stops_its_processes(start_worker, cpu_pool, us
     assert user_client.post(f"/jobs/{job_id}/cancel").status_code == 302
     job = wait_for(lambda: final(job_id), timeout=60, message="the cancel to finish")
     assert job.status == "cancelled"
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if f"job-{job_id}" in " ".join(p.info["cmdline"] or [])]
+    leftovers = job_processes(job_id)
     assert leftovers == []

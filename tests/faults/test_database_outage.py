@@ -11,7 +11,7 @@ from django.db import OperationalError, connection
 from tests.conftest import wait_for
 from tests.faults.helpers import assert_ticks_complete, script, team_workspace
 from trainhub.jobs import logs
-from trainhub.jobs.lifecycle import Outcome, job_finish
+from trainhub.runs.lifecycle import Outcome, job_finish
 from trainhub.jobs.logs import metric_series, read_lines
 from trainhub.jobs.models import Job, Status
 from trainhub.jobs.services import job_submit

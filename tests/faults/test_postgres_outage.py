@@ -13,7 +13,7 @@ from django.db import connection, connections
 
 from tests.conftest import database_url, wait_for
 from tests.faults.helpers import TcpProxy, assert_ticks_complete, script, team_workspace
-from trainhub.jobs.lifecycle import Outcome, job_finish
+from trainhub.runs.lifecycle import Outcome, job_finish
 from trainhub.jobs.logs import iter_all
 from trainhub.jobs.models import Job, JobEvent, Status
 from trainhub.jobs.services import job_submit

@@ -1,8 +1,7 @@
 """A rank of a multi-process job dies or hangs: the whole job ends, the failing rank's last words shown."""
-import psutil
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import job_processes, wait_for
 from trainhub.jobs.logs import read_lines
 from trainhub.jobs.models import Job
 from trainhub.pools.models import Workspace
@@ -36,7 +35,7 @@ def run_failing_job(user_client, tmp_path, how, **extra):
     job_id = response.json()["id"]
     job = wait_for(lambda: Job.objects.filter(pk=job_id, status__in=["succeeded", "failed"]).first(),
                    timeout=180, message=f"the job whose rank {how}s to end")
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if f"job-{job_id}" in " ".join(p.info["cmdline"] or [])]
+    leftovers = job_processes(job_id)
     return job, read_lines(job_id, limit=10000), leftovers
 
 

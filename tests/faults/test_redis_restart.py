@@ -50,7 +50,7 @@ def test_a_worker_that_died_idle_gets_its_reserved_messages_sent_again_once(cpu_
     from django.utils import timezone
 
     from trainhub.jobs import services
-    from trainhub.jobs.lifecycle import jobs_reconcile
+    from trainhub.runs.lifecycle import jobs_reconcile
     from trainhub.pools.models import Worker
 
     cache.clear()

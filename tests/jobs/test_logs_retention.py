@@ -19,17 +19,17 @@ def store(job, start, count):
 
 
 def test_everything_is_kept_unless_a_pool_has_a_cap(monkeypatch):
-    monkeypatch.delenv("TRAINHUB_LOG_RETENTION", raising=False)
+    monkeypatch.setattr("django.conf.settings.TRAINHUB_LOG_RETENTION", "")
     assert retention.limit_for("cpu") == 0
-    monkeypatch.setenv("TRAINHUB_LOG_RETENTION", "gpu=5000000, *=20000")
+    monkeypatch.setattr("django.conf.settings.TRAINHUB_LOG_RETENTION", "gpu=5000000, *=20000")
     assert retention.limit_for("gpu") == 5_000_000 and retention.limit_for("cpu") == 20_000
 
 
 def test_a_malformed_or_tiny_cap_is_refused_by_name(monkeypatch):
-    monkeypatch.setenv("TRAINHUB_LOG_RETENTION", "gpu=lots")
+    monkeypatch.setattr("django.conf.settings.TRAINHUB_LOG_RETENTION", "gpu=lots")
     with pytest.raises(ImproperlyConfigured, match="POOL=LINES"):
         retention.limit_for("gpu")
-    monkeypatch.setenv("TRAINHUB_LOG_RETENTION", "gpu=10")
+    monkeypatch.setattr("django.conf.settings.TRAINHUB_LOG_RETENTION", "gpu=10")
     with pytest.raises(ImproperlyConfigured, match="below 10000"):
         retention.limit_for("gpu")
 

@@ -89,3 +89,24 @@ def test_a_script_entry_missing_from_its_workspace_is_refused_at_submit_time(cpu
     with pytest.raises(SpecError) as info:
         job_submit(owner=user, data={"mode": "script", "script": {"workspace": "vision", "entry": "train.py"}})
     assert "not found in the workspace" in info.value.errors["script.entry"]
+
+
+def test_a_job_submitted_as_workload_and_strategy_is_stored_under_its_mode(cpu_pool, user):
+    job = job_submit(owner=user, data={"name": "x", "workload": "classify", "strategy": "ddp",
+                                       "resources": {"procs_per_node": 2}})
+    assert job.mode == "ddp" and job.spec["mode"] == "ddp" and "workload" not in job.spec
+    assert (job.spec_model.workload, job.spec_model.strategy) == ("classify", "ddp")
+
+
+def test_a_jobs_spec_model_is_parsed_once_and_again_for_a_new_spec(cpu_pool, user):
+    job = job_submit(owner=user, data={"name": "x", "train": {"epochs": 4}})
+    assert job.spec_model is job.spec_model and job.spec_model.train.epochs == 4
+    job.spec = {**job.spec, "train": {"epochs": 5}}
+    assert job.spec_model.train.epochs == 5
+
+
+def test_a_stored_spec_without_its_mode_takes_the_rows_mode(cpu_pool, user):
+    from trainhub.jobs.models import Job
+
+    job = Job.objects.create(owner=user, name="x", mode="ddp", pool=cpu_pool, spec={"resources": {"procs_per_node": 2}})
+    assert (job.spec_model.strategy, job.spec_model.world_size) == ("ddp", 2)

@@ -1,7 +1,7 @@
 """The owner gets an e-mail through Django's mail settings when a job ends."""
 from django.core import mail
 
-from trainhub.jobs.lifecycle import Outcome, job_finish
+from trainhub.runs.lifecycle import Outcome, job_finish
 from trainhub.notify import services
 from trainhub.notify.models import NotificationDelivery, NotifySettings
 

@@ -1,7 +1,7 @@
 """A finished job POSTs its result to the owner's (or the spec's) webhook, retrying with backoff."""
 import socket
 
-from trainhub.jobs.lifecycle import Outcome, job_finish
+from trainhub.runs.lifecycle import Outcome, job_finish
 from trainhub.jobs.models import Job
 from trainhub.notify import services
 from trainhub.notify.models import NotificationDelivery, NotifySettings
@@ -116,15 +116,16 @@ def test_cancelling_a_queued_job_notifies_once(running_job, receiver, fast_backo
 
 
 def test_a_gang_that_times_out_notifies_its_failure(running_job, receiver, fast_backoff, monkeypatch):
-    from trainhub.pools.gang import gang_wait
-    from trainhub.pools.models import GangMember, Worker
+    from trainhub.pools.models import Worker
+    from trainhub.runs.gang import gang_wait
+    from trainhub.runs.models import GangMember
 
     hook = receiver()
     NotifySettings.objects.create(user=running_job.owner, webhook_url=hook.url, events=["failed"])
     job = running_job(status="queued", lease_token=0, started_at=None, attempt=1)
     worker = Worker.objects.create(hostname="alone@test", pool=job.pool)
     member = GangMember.objects.create(job=job, attempt=1, worker=worker, node_rank=0, lease_token=0)
-    monkeypatch.setenv("TRAINHUB_GANG_TIMEOUT_SECONDS", "0")
+    monkeypatch.setattr("django.conf.settings.TRAINHUB_GANG_TIMEOUT_SECONDS", 0)  # read once, in settings
     assert gang_wait(member, nodes=2).startswith("gang timeout: only 1 of 2 workers")
     services.wait_idle(30)
     assert [r["json"]["event"] for r in hook.requests] == ["job.failed"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workers import launch
+from workers.runner import launch
 from workers.runner.config import parse_spec
 from workers.runner.report import read_events
 

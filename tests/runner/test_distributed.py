@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.runner.conftest import run_job
-from workers.launch import RANK_LINE
+from workers.runner.launch import RANK_LINE
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from workers import launch
+from workers.runner import launch
 from workers.runner.config import parse_spec
 
 

@@ -9,9 +9,11 @@ import sys
 import pytest
 import yaml
 
-from workers import launch
+from workers.runner import launch
 from workers.runner.config import load_file
 from workers.runner.report import read_events
+
+pytestmark = pytest.mark.slow  # every test starts runner processes
 
 WORDS = "the cat sat on a mat and the dog ran to the park with a ball while a bird sang".split()
 

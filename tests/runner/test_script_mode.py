@@ -6,7 +6,7 @@ import os
 import pytest
 
 from tests.runner.conftest import run_module, write_spec
-from workers import launch
+from workers.runner import launch
 from workers.runner.config import SpecError, parse_spec
 
 TRAIN_PY = '''

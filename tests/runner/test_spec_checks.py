@@ -91,7 +91,7 @@ def test_preflight_checks_the_script_entry_in_the_workspace(tmp_path):
 def test_spec_validation_and_preflight_do_not_import_torch():
     code = ("import sys\nfrom workers.runner.config import parse_spec\nfrom workers.runner.preflight import preflight\n"
             "preflight(parse_spec({'mode': 'deepspeed', 'deepspeed': {'zero_stage': 3}}), 0)\n"
-            "import workers.runner, workers.launch\n"
+            "import workers.runner, workers.runner.launch\n"
             "print(sorted(m for m in ('torch', 'deepspeed', 'django', 'celery') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr

@@ -77,7 +77,7 @@ def test_an_oversize_request_body_is_refused(api, settings):
 
 @pytest.mark.parametrize("arg", ["; rm -rf /", "$(touch /tmp/pwned)", "`id`", "a\nb", "--config=/etc/passwd"])
 def test_shell_metacharacters_in_spec_values_stay_inert_argv_items(arg, tmp_path):
-    from workers import launch
+    from workers.runner import launch
 
     workspace = tmp_path / "ws"
     workspace.mkdir()

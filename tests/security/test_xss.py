@@ -113,7 +113,11 @@ def test_the_tokens_page_shows_hostile_token_names_as_text(user_client):
 
 def test_the_new_job_form_echoes_hostile_spec_keys_and_values_as_text(user_client, cpu_pool):
     text = f"name: ok\n'{PAYLOAD}': 1\ntrain: {{optimizer: '{PAYLOAD}'}}\n"
-    response = user_client.post("/jobs/new", {"spec_yaml": text, "action": "validate"})
+    # real actions of the form (there is no action "validate"; inline validation is ?validate=1)
+    response = user_client.post("/jobs/new", {"spec_yaml": text, "action": "to_form"})
+    assert response.status_code == 422
+    assert_inert(response.content.decode())
+    response = user_client.post("/jobs/new?validate=1", {"spec_yaml": text}, HTTP_HX_REQUEST="true")
     assert_inert(response.content.decode())
     response = user_client.post("/jobs/new", {"spec_yaml": text}, HTTP_HX_REQUEST="true")
     assert_inert(response.content.decode())

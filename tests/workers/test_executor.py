@@ -98,8 +98,8 @@ def test_a_job_that_said_its_disk_is_full_fails_saying_so(job, scripted):
     assert outcome.status == Status.FAILED and "is full (no space left on device); exited with code 1" in outcome.reason
 
 
-def test_a_cancelled_job_is_asked_to_stop_with_the_kill_grace_and_ends_cancelled(job, scripted, settings):
-    settings.TRAINHUB_LEASE_SECONDS, settings.TRAINHUB_KILL_GRACE_SECONDS = 3, 7  # renews every second
+def test_a_cancelled_job_is_asked_to_stop_with_the_grace_and_ends_cancelled(job, scripted, settings):
+    settings.TRAINHUB_LEASE_SECONDS, settings.TRAINHUB_GRACE_SECONDS = 3, 7  # renews every second
     scripted.code = None
     job_cancel(Job.objects.get(pk=job.pk))
     outcome = Execution(job, backend="scripted").run()

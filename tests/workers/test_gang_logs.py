@@ -44,6 +44,7 @@ def test_a_resent_entry_is_not_taken_twice(redis_settings):
     assert [text for _, _, text in lines_of(receiver)] == ["a", "b", "c"]
 
 
+@pytest.mark.slow  # restarts the Redis server process
 def test_lines_wait_while_redis_is_down_and_go_out_when_it_is_back(redis_settings, redis_server):
     sender = gang_logs.Sender(9, 1, node_rank=1, first_rank=1)
     receiver = gang_logs.Receiver(9, 1, nnodes=2)

@@ -2,20 +2,15 @@
 import os
 import signal
 
-import psutil
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import job_processes, wait_for
 from trainhub.jobs.logs import read_lines
 from trainhub.jobs.models import Job, JobEvent
 from trainhub.jobs.services import job_submit
 
 pytestmark = pytest.mark.slow
 FAST_LEASES = {"TRAINHUB_LEASE_SECONDS": "5", "TRAINHUB_HEARTBEAT_SECONDS": "1", "TRAINHUB_GUARD_GRACE_SECONDS": "1"}
-
-
-def job_processes(job_id):
-    return [p for p in psutil.process_iter(["cmdline"]) if f"job-{job_id}" in " ".join(p.info["cmdline"] or [])]
 
 
 def test_a_killed_worker_leaves_no_process_and_its_job_resumes_on_another(start_worker, cpu_pool, user):

@@ -1,11 +1,13 @@
 """Checkpoints and artifacts of a job: list and download, never outside the job's run directory."""
 from __future__ import annotations
 
+import os
+
 from django.http import FileResponse, StreamingHttpResponse
 from ninja import Router
 from ninja.errors import HttpError
 
-from trainhub.api import rundir
+from trainhub.jobs import runfiles
 from trainhub.api.schemas import CheckpointOut, FileOut, responses
 from trainhub.api.views_common import job_for
 
@@ -14,13 +16,13 @@ router = Router(tags=["files"])
 
 @router.get("/jobs/{job_id}/checkpoints", response=responses({200: list[CheckpointOut]}), summary="A job's checkpoints, newest first")
 def list_checkpoints(request, job_id: int):
-    return rundir.checkpoints(job_for(request, job_id).pk)
+    return runfiles.checkpoints(job_for(request, job_id).pk)
 
 
 @router.get("/jobs/{job_id}/artifacts", response=responses({200: list[FileOut]}),
             summary="A job's files outside checkpoints/ (models, metrics, resolved config)")
 def list_artifacts(request, job_id: int):
-    return rundir.artifacts(job_for(request, job_id).pk)
+    return runfiles.artifacts(job_for(request, job_id).pk)
 
 
 @router.get("/jobs/{job_id}/files/{path:path}", response=responses({200: None}),
@@ -28,14 +30,14 @@ def list_artifacts(request, job_id: int):
 def download(request, job_id: int, path: str):
     job = job_for(request, job_id)
     try:
-        target = rundir.resolve(rundir.run_dir(job.pk), path)
-    except rundir.BadPath as exc:
+        opened = runfiles.open_path(job.pk, path)
+    except runfiles.BadPath as exc:
         raise HttpError(400, f"refused path {path[:200]!r}: {exc}") from None
-    if target is None:
+    if opened is None:
         raise HttpError(404, f"job {job.pk} has no file {path[:200]!r}; list them with /artifacts or /checkpoints")
-    if target.is_dir():
-        name = f"job-{job.pk}-{target.name}"
-        response = StreamingHttpResponse(rundir.tar_stream(target, name), content_type="application/x-tar")
+    if opened.is_dir:
+        name = f"job-{job.pk}-{opened.name}"
+        response = StreamingHttpResponse(runfiles.TarStream(opened.fd, name), content_type="application/x-tar")
         response["Content-Disposition"] = f'attachment; filename="{name}.tar"'
         return response
-    return FileResponse(target.open("rb"), as_attachment=True, filename=target.name)
+    return FileResponse(os.fdopen(opened.fd, "rb"), as_attachment=True, filename=opened.name)

@@ -1,8 +1,6 @@
-from django.shortcuts import get_object_or_404
-
-from trainhub.jobs.services import jobs_visible_to
+from trainhub.jobs.views import job_for_user
 
 
 def job_for(request, job_id: int):
-    """The job if the caller may see it (own jobs; staff all), else 404 — never 403, so ids don't leak."""
-    return get_object_or_404(jobs_visible_to(request.auth), pk=job_id)
+    """The job if the API caller (token or session: ``request.auth``) may see it, else 404."""
+    return job_for_user(request.auth, job_id)

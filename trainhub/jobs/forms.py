@@ -1,62 +1,95 @@
 """The new-job form. It only gathers values: validation is the runner's spec model.
 
-The fields shown depend on the mode (``MODE_FIELDS``); whatever the spec holds that the
-form has no field for travels in the hidden ``extra`` field (JSON), so form → YAML → form
-round-trips without losing keys.
+Its choices and start values come from that model (``JobSpec``), and which fields a mode
+shows from the spec paths the mode's workload and strategy read (``workers.runner.modes``).
+Whatever the spec holds that the form has no field for travels in the hidden ``extra``
+field (JSON), so form → YAML → form round-trips without losing keys.
 """
 from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 from django import forms
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
 
-from workers.runner.config import DATASETS, MODELS, MODES, JobSpec, SpecError, load_text
+from workers.runner.config import DATASETS, MODELS, JobSpec, SpecError, load_text
+from workers.runner.modes import DEFAULT_MODE, MODES, MODES_TABLE, STRATEGIES, reads
 
-#: form field -> spec path it edits
+#: form field -> spec path it edits; this order is the order the fields are shown in
 PATHS = {
     "name": "name", "mode": "mode", "pool": "pool", "priority": "priority",
     "nodes": "resources.nodes", "procs_per_node": "resources.procs_per_node",
     "gpus_per_node": "resources.gpus_per_node",
-    "dataset": "data.dataset", "batch_size": "data.batch_size", "data_path": "data.path", "model": "model.name",
+    "dataset": "data.dataset", "batch_size": "data.batch_size", "model": "model.name",
     "epochs": "train.epochs", "lr": "train.lr", "optimizer": "train.optimizer", "seed": "train.seed",
     "checkpoint_every": "checkpoint.every_steps", "max_restarts": "max_restarts",
     "timeout_minutes": "timeout_minutes",
     "zero_stage": "deepspeed.zero_stage", "precision": "deepspeed.precision",
     "offload_optimizer": "deepspeed.offload_optimizer",
     "strategy": "strategy", "arch": "llm.arch", "size": "llm.size", "seq_len": "llm.seq_len",
-    "tokenizer": "llm.tokenizer", "lora_r": "llm.lora.r",
+    "tokenizer": "llm.tokenizer", "data_path": "data.path", "lora_r": "llm.lora.r",
     "workspace": "script.workspace", "entry": "script.entry", "args": "script.args", "launcher": "script.launcher",
 }
 FIELD_FOR_PATH = {path: field for field, path in PATHS.items()}
 
+#: shown for every mode, above the mode's own settings
 COMMON = ["name", "mode", "pool", "priority", "epochs", "lr", "optimizer", "batch_size", "seed",
           "checkpoint_every", "max_restarts", "timeout_minutes"]
-RESOURCES = ["nodes", "procs_per_node", "gpus_per_node"]
-MODE_FIELDS = {
-    "centralized": ["gpus_per_node", "dataset", "model"],
-    "ddp": RESOURCES + ["dataset", "model"],
-    "deepspeed": RESOURCES + ["dataset", "model", "zero_stage", "precision", "offload_optimizer"],
-    "llm": RESOURCES + ["strategy", "arch", "size", "seq_len", "tokenizer", "data_path", "lora_r"],
-    "script": RESOURCES + ["workspace", "entry", "args", "launcher"],
-}
-MODE_LABELS = {"centralized": "Centralized", "ddp": "DDP", "deepspeed": "DeepSpeed", "llm": "LLM",
-               "script": "Script"}
-#: the name a new job of each mode starts with; replaced on a mode switch unless the user typed one
-DEFAULT_NAMES = {"centralized": "digits-mlp", "ddp": "digits-ddp", "deepspeed": "digits-zero", "llm": "tiny-llm",
-                 "script": "my-script"}
+#: fields a one-process strategy fixes at 1 (the spec model refuses more), so the form hides them
+ONE_PROCESS = ("nodes", "procs_per_node")
 #: fields that may be left empty (the spec's default applies)
 OPTIONAL = {"priority", "seed", "checkpoint_every", "max_restarts", "timeout_minutes", "nodes", "procs_per_node",
             "gpus_per_node", "seq_len", "tokenizer"}
-#: values a mode starts with when picked in the form (the rest are the spec model's defaults)
-MODE_DEFAULTS = {
-    "centralized": {},
-    "ddp": {"procs_per_node": 2},
-    "deepspeed": {"procs_per_node": 2},
-    "llm": {},
-    "script": {"entry": "train.py"},
-}
+MODE_LABELS = {mode: row.label for mode, row in MODES_TABLE.items()}
+#: the name a new job of each mode starts with; replaced on a mode switch unless the user typed one
+DEFAULT_NAMES = {mode: row.example_name for mode, row in MODES_TABLE.items()}
+_OPTIMIZER_LABELS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
+
+
+def mode_fields(mode: str) -> list[str]:
+    """The fields of ``mode``'s own settings: those whose spec path its workload and strategy read."""
+    row = MODES_TABLE[mode]
+    shown = []
+    for field, path in PATHS.items():
+        if field in COMMON or not reads(path, row.workload, row.strategy):
+            continue
+        if field == "strategy" and row.strategy is not None:
+            continue  # the mode itself fixes it
+        if field in ONE_PROCESS and row.strategy == "single":
+            continue
+        shown.append(field)
+    return shown
+
+
+def _spec_field(path: str):
+    """The model's ``FieldInfo`` for a dotted spec path (``llm.size``)."""
+    model: Any = JobSpec
+    info = None
+    for key in path.split("."):
+        info = model.model_fields[key]
+        model = next((t for t in (info.annotation, *get_args(info.annotation))
+                      if isinstance(t, type) and issubclass(t, BaseModel)), None)
+    return info
+
+
+def _values(path: str) -> tuple:
+    """The values the model allows at ``path`` (a ``Literal``, possibly optional)."""
+    annotation = _spec_field(path).annotation
+    for candidate in (annotation, *get_args(annotation)):
+        if get_origin(candidate) is Literal:
+            return get_args(candidate)
+    raise TypeError(f"{path} is not a choice in the spec model")
+
+
+def _default(path: str) -> Any:
+    """The model's default at ``path``, else its first example (a required field's start value)."""
+    info = _spec_field(path)
+    if info.default is not PydanticUndefined and info.default is not None:
+        return info.default
+    return (info.examples or [None])[0]
 
 
 def _choices(values):
@@ -64,39 +97,44 @@ def _choices(values):
 
 
 class JobForm(forms.Form):
-    name = forms.CharField(max_length=200, initial="digits-mlp")
-    mode = forms.ChoiceField(choices=_choices(MODES), initial="centralized")
+    name = forms.CharField(max_length=200, initial=DEFAULT_NAMES[DEFAULT_MODE])
+    mode = forms.ChoiceField(choices=_choices(MODES), initial=DEFAULT_MODE)
     pool = forms.ChoiceField(choices=[])
-    priority = forms.IntegerField(initial=0)
-    nodes = forms.IntegerField(initial=1)
-    procs_per_node = forms.IntegerField(initial=1, label="Processes per node")
-    gpus_per_node = forms.IntegerField(initial=0, label="GPUs per node")
-    dataset = forms.ChoiceField(choices=_choices(DATASETS), initial="digits")
-    model = forms.ChoiceField(choices=_choices(MODELS), initial="mlp")
-    epochs = forms.IntegerField(initial=3)
-    lr = forms.FloatField(initial=0.001, label="Learning rate")
-    optimizer = forms.ChoiceField(choices=[("adamw", "AdamW"), ("adam", "Adam"), ("sgd", "SGD")], initial="adamw")
-    batch_size = forms.IntegerField(initial=64)
-    seed = forms.IntegerField(initial=0)
-    checkpoint_every = forms.IntegerField(initial=0, label="Checkpoint every N steps", help_text="0 = at the end")
-    max_restarts = forms.IntegerField(initial=0)
-    timeout_minutes = forms.IntegerField(initial=120, label="Timeout (minutes)")
-    zero_stage = forms.TypedChoiceField(choices=_choices([0, 1, 2, 3]), coerce=int, initial=2, label="ZeRO stage")
-    precision = forms.ChoiceField(choices=_choices(["fp32", "bf16", "fp16"]), initial="fp32")
+    priority = forms.IntegerField(initial=_default("priority"))
+    nodes = forms.IntegerField(initial=_default("resources.nodes"))
+    procs_per_node = forms.IntegerField(initial=_default("resources.procs_per_node"), label="Processes per node")
+    gpus_per_node = forms.IntegerField(initial=_default("resources.gpus_per_node"), label="GPUs per node")
+    dataset = forms.ChoiceField(choices=_choices(DATASETS), initial=_default("data.dataset"))
+    model = forms.ChoiceField(choices=_choices(MODELS), initial=_default("model.name"))
+    epochs = forms.IntegerField(initial=_default("train.epochs"))
+    lr = forms.FloatField(initial=_default("train.lr"), label="Learning rate")
+    optimizer = forms.ChoiceField(choices=[(v, _OPTIMIZER_LABELS.get(v, v)) for v in _values("train.optimizer")],
+                                  initial=_default("train.optimizer"))
+    batch_size = forms.IntegerField(initial=_default("data.batch_size"))
+    seed = forms.IntegerField(initial=_default("train.seed"))
+    checkpoint_every = forms.IntegerField(initial=_default("checkpoint.every_steps"),
+                                          label="Checkpoint every N steps", help_text="0 = at the end")
+    max_restarts = forms.IntegerField(initial=_default("max_restarts"))
+    timeout_minutes = forms.IntegerField(initial=_default("timeout_minutes"), label="Timeout (minutes)")
+    zero_stage = forms.TypedChoiceField(choices=_choices(_values("deepspeed.zero_stage")), coerce=int,
+                                        initial=_default("deepspeed.zero_stage"), label="ZeRO stage")
+    precision = forms.ChoiceField(choices=_choices(_values("deepspeed.precision")),
+                                  initial=_default("deepspeed.precision"))
     offload_optimizer = forms.BooleanField(required=False, label="Offload optimizer to CPU")
-    strategy = forms.ChoiceField(choices=[("", "from resources")] + _choices(["single", "ddp", "deepspeed"]),
-                                 required=False)
-    arch = forms.ChoiceField(choices=_choices(["llama", "gpt2"]), initial="llama", label="Architecture")
-    size = forms.ChoiceField(choices=_choices(["tiny", "small", "125m", "350m", "1b"]), initial="tiny")
-    seq_len = forms.IntegerField(initial=128, label="Sequence length")
-    tokenizer = forms.CharField(initial="byte", help_text="byte, bpe or a local tokenizer directory")
+    strategy = forms.ChoiceField(choices=[("", "from resources")] + _choices(STRATEGIES), required=False)
+    arch = forms.ChoiceField(choices=_choices(_values("llm.arch")), initial=_default("llm.arch"),
+                             label="Architecture")
+    size = forms.ChoiceField(choices=_choices(_values("llm.size")), initial=_default("llm.size"),
+                             help_text="custom: set d_model, n_layer and n_head in the YAML tab")
+    seq_len = forms.IntegerField(initial=_default("llm.seq_len"), label="Sequence length")
+    tokenizer = forms.CharField(initial=_default("llm.tokenizer"), help_text="byte, bpe or a local tokenizer directory")
     data_path = forms.CharField(required=False, label="Text data", help_text="local .txt/.jsonl file or folder; "
                                 "empty = bundled demo corpus")
     lora_r = forms.IntegerField(initial=0, label="LoRA rank", help_text="0 = full fine-tuning")
     workspace = forms.CharField(help_text="a workspace an administrator registered")
-    entry = forms.CharField(initial="train.py", help_text="file or module inside the workspace")
+    entry = forms.CharField(initial=_default("script.entry"), help_text="file or module inside the workspace")
     args = forms.CharField(required=False, help_text='arguments, shell-quoted: --lr 0.1 --name "my run"')
-    launcher = forms.ChoiceField(choices=_choices(["python", "torchrun", "deepspeed"]), initial="python")
+    launcher = forms.ChoiceField(choices=_choices(_values("script.launcher")), initial=_default("script.launcher"))
     extra = forms.CharField(required=False, widget=forms.HiddenInput)
     spec_yaml = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false"}),
                                 label="Spec (YAML or JSON)",
@@ -107,11 +145,11 @@ class JobForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["pool"].choices = _choices(pools)
         data = self.data if self.is_bound else self.initial
-        mode = mode or data.get("mode") or "centralized"
-        self.mode = mode if mode in MODES else "centralized"
+        mode = mode or data.get("mode") or DEFAULT_MODE
+        self.mode = mode if mode in MODES else DEFAULT_MODE
         self.mode_name = self.mode  # templates see form.mode as the field, not this value
         self.mode_label = MODE_LABELS[self.mode]
-        keep = set(COMMON) | set(MODE_FIELDS[self.mode]) | {"extra", "spec_yaml", "spec_file"}
+        keep = set(COMMON) | set(mode_fields(self.mode)) | {"extra", "spec_yaml", "spec_file"}
         if self.is_bound and (str(self.data.get("spec_yaml", "")).strip() or self.files.get("spec_file")):
             keep = {"spec_yaml", "spec_file"}  # the text is the whole spec: typed fields are ignored
         for name in list(self.fields):
@@ -130,7 +168,7 @@ class JobForm(forms.Form):
 
     @property
     def mode_fields(self):
-        return [self[n] for n in MODE_FIELDS[self.mode] if n in self.fields]
+        return [self[n] for n in mode_fields(self.mode) if n in self.fields]
 
     def uses_text(self) -> bool:
         return bool(self.cleaned_data.get("spec_yaml", "").strip() or self.cleaned_data.get("spec_file"))
@@ -172,7 +210,7 @@ def spec_from_fields(values: dict[str, Any], mode: str) -> dict[str, Any]:
     except ValueError:
         spec = {}
     spec = spec if isinstance(spec, dict) else {}
-    for field in COMMON + MODE_FIELDS[mode]:
+    for field in COMMON + mode_fields(mode):
         value = values.get(field)
         if field == "strategy" and not value:
             continue
@@ -190,8 +228,8 @@ def spec_from_fields(values: dict[str, Any], mode: str) -> dict[str, Any]:
         if value is None or value == "":
             continue
         _set(spec, PATHS[field], value)
-    if mode == "centralized":
-        spec.setdefault("resources", {}).update(nodes=1, procs_per_node=1)
+    if MODES_TABLE[mode].strategy == "single":
+        spec.setdefault("resources", {}).update({PATHS[f].split(".")[1]: 1 for f in ONE_PROCESS})
     order = list(JobSpec.model_fields)  # the spec's own key order reads best in YAML
     return dict(sorted(spec.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
@@ -223,21 +261,21 @@ def initial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
     data = JobSpec.model_validate(spec).to_dict()
     mode = data["mode"]
     initial: dict[str, Any] = {}
-    for field in COMMON + MODE_FIELDS[mode]:
+    for field in COMMON + mode_fields(mode):
         value = _get(data, PATHS[field])
         if field == "args" and value is not None:
             value = shlex.join(value)
         if value is not None:
             initial[field] = value
-    if mode == "llm":
+    if "lora_r" in mode_fields(mode):
         initial.setdefault("lora_r", 0)
     extra = json.loads(json.dumps(data))
-    for field in COMMON + MODE_FIELDS[mode]:
+    for field in COMMON + mode_fields(mode):
         if field != "mode":
             _pop(extra, PATHS[field])
-    if mode == "centralized":
-        _pop(extra, "resources.nodes")
-        _pop(extra, "resources.procs_per_node")
+    if MODES_TABLE[mode].strategy == "single":
+        for field in ONE_PROCESS:
+            _pop(extra, PATHS[field])
     extra = _diff(extra, _defaults(mode))
     extra.pop("mode", None)
     initial["extra"] = json.dumps(extra, sort_keys=True) if extra else ""
@@ -245,7 +283,7 @@ def initial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _defaults(mode: str) -> dict[str, Any]:
-    stub = {"script": {"workspace": "x", "entry": "train.py"}} if mode == "script" else {}
+    stub = {"script": {"workspace": "x", "entry": _default("script.entry")}} if mode == "script" else {}
     return JobSpec.model_validate({"mode": mode, **stub}).to_dict()
 
 
@@ -266,11 +304,13 @@ def _diff(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
 def mode_initial(mode: str) -> dict[str, Any]:
     """Defaults for the fields of ``mode`` when it is picked in the form."""
     base = _defaults(mode)
-    initial = {f: _get(base, PATHS[f]) for f in MODE_FIELDS[mode] if _get(base, PATHS[f]) is not None}
-    if mode == "script":
-        initial["workspace"] = ""
-        initial["args"] = ""
-    if mode == "llm":
+    fields = mode_fields(mode)
+    initial = {f: _get(base, PATHS[f]) for f in fields if _get(base, PATHS[f]) is not None}
+    for field in {"workspace", "args"} & set(fields):
+        initial[field] = ""
+    if "lora_r" in fields:
         initial["lora_r"] = 0
-        initial.pop("strategy", None)
-    return {**initial, **MODE_DEFAULTS[mode]}
+    initial.pop("strategy", None)  # empty: from resources
+    if MODES_TABLE[mode].strategy not in (None, "single"):
+        initial["procs_per_node"] = 2  # a spread strategy starts spread over two processes
+    return initial

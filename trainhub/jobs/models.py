@@ -5,7 +5,9 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from trainhub.jobs.signals import job_finished
 from trainhub.pools.models import Worker, WorkerPool
+from workers.runner.config import JobSpec, parse_spec
 
 
 class IllegalTransition(Exception):
@@ -23,6 +25,8 @@ class Status(models.TextChoices):
 
 ACTIVE = (Status.QUEUED, Status.RUNNING, Status.CANCELLING)
 FINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+#: the order queued jobs of a pool are claimed in (and ``Job.queue_position`` counts in)
+QUEUE_ORDER = ("-priority", "id")
 
 #: old status -> the statuses it may move to
 TRANSITIONS: dict[str, frozenset[str]] = {
@@ -72,6 +76,30 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"
 
+    @classmethod
+    def submit(cls, *, owner, reason: str = "submitted", **fields) -> Job:
+        """Create a job in ``queued`` with its first ``JobEvent`` (∅ → queued), in one transaction."""
+        with transaction.atomic():
+            job = cls.objects.create(owner=owner, status=Status.QUEUED, **fields)
+            JobEvent.objects.create(job=job, old="", new=Status.QUEUED, reason=reason[:2000], actor=owner)
+        return job
+
+    @property
+    def spec_model(self) -> JobSpec:
+        """The stored spec as the runner's typed model: the one way to read a job's spec.
+
+        Parsed once per loaded spec (a refresh or a new spec dict parses again). Raises
+        ``SpecError`` when the stored spec does not validate.
+        """
+        cached = self.__dict__.get("_spec_model")
+        if cached is None or cached[0] is not self.spec:
+            data = self.spec
+            if isinstance(data, dict) and not {"mode", "workload"} & data.keys() and self.mode:
+                data = {"mode": self.mode, **data}  # a spec stored without its mode: the row's column has it
+            cached = (self.spec, parse_spec(data))
+            self.__dict__["_spec_model"] = cached
+        return cached[1]
+
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE
@@ -81,6 +109,14 @@ class Job(models.Model):
         if not self.started_at:
             return None
         return (self.finished_at or timezone.now()) - self.started_at
+
+    def queue_position(self) -> int | None:
+        """1 = next to start in its pool; None when the job is not queued. Counts in the claim order
+        (``QUEUE_ORDER``, which trainhub.runs.scheduling claims by)."""
+        if self.status != Status.QUEUED:
+            return None
+        ahead = Job.objects.filter(pool_id=self.pool_id, status=Status.QUEUED)
+        return ahead.filter(models.Q(priority__gt=self.priority) | models.Q(priority=self.priority, id__lt=self.pk)).count() + 1
 
     @property
     def progress(self) -> float | None:
@@ -94,7 +130,8 @@ class Job(models.Model):
 
         A compare-and-set on the row: returns False, changing nothing, when the row is no
         longer in the expected status (someone else moved it first). Every successful
-        transition writes a ``JobEvent``. ``fields`` are updated in the same statement.
+        transition writes a ``JobEvent``. ``fields`` are updated in the same statement. A final
+        status sends ``signals.job_finished`` once the transaction commits.
         """
         old = expect or self.status
         if new not in TRANSITIONS.get(old, ()):
@@ -112,6 +149,8 @@ class Job(models.Model):
                 return False
             JobEvent.objects.create(job_id=self.pk, old=old, new=new, reason=reason[:2000],
                                     actor=actor if getattr(actor, "pk", None) else None, at=now)
+            if new in FINAL:  # on commit: a rolled-back final status tells nobody
+                transaction.on_commit(lambda: job_finished.send(sender=Job, job=self))
         self.status = new
         for key, value in fields.items():
             setattr(self, key, value)

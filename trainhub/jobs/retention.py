@@ -11,14 +11,13 @@ is a cut and not a write still in flight.
 """
 from __future__ import annotations
 
-import os
 import re
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from trainhub.jobs.models import LogLine
-
-MINIMUM = 10_000  # below this a cut could reach lines a live viewer is still being sent
+from trainhub.pools.models import LOG_RETENTION_MINIMUM as MINIMUM
 HEAD = 1_000  # first lines always kept (how the run started)
 CHUNK = 50_000  # rows per DELETE, so a big cut never holds the database for long
 MARKER = re.compile(r"^✂ lines (\d+)–(\d+) were cut")
@@ -26,7 +25,7 @@ MARKER = re.compile(r"^✂ lines (\d+)–(\d+) were cut")
 
 def limit_for(pool: str) -> int:
     """Lines kept per job of ``pool`` (0 = everything), from ``TRAINHUB_LOG_RETENTION``."""
-    raw = os.environ.get("TRAINHUB_LOG_RETENTION", "").strip()
+    raw = settings.TRAINHUB_LOG_RETENTION.strip()
     limits = {}
     for part in filter(None, (p.strip() for p in raw.split(","))):
         name, _, value = part.partition("=")

@@ -7,9 +7,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from trainhub.jobs.models import Job, JobEvent, Status
-from trainhub.notify.services import after_final
+from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import WorkerPool, Workspace
+from trainhub.pools.services import pool_record
 from workers.runner.config import JobSpec, SpecError, parse_spec
 from workers.runner.preflight import preflight
 
@@ -64,11 +64,11 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
 
 def _check_start_from(start_from: str, owner) -> None:
     """The checkpoint must exist and belong to a job this user may see."""
-    from trainhub.api import rundir
+    from trainhub.jobs.rundir import checkpoint_dir
 
     source_id = int(start_from.split("/", 1)[0].removeprefix("job-"))
     visible = jobs_visible_to(owner) if owner is not None else Job.objects.all()
-    path = rundir.run_dir(source_id) / start_from.split("/", 1)[1]
+    path = checkpoint_dir(start_from)
     if not visible.filter(pk=source_id).exists() or not path.is_dir():
         raise SpecError({"checkpoint.start_from": f"no checkpoint {start_from!r} among your jobs; "
                                                   "pick one from a job page's checkpoint list"})
@@ -87,9 +87,8 @@ def job_submit(*, owner, data: Any) -> Job:
     """Validate, store as ``queued`` and enqueue after the transaction commits."""
     spec, pool = spec_validate(data, owner=owner)
     with transaction.atomic():
-        job = Job.objects.create(owner=owner, name=spec.name, mode=spec.mode, spec=spec.to_dict(),
-                                 pool=pool, priority=spec.priority)
-        JobEvent.objects.create(job=job, old="", new=Status.QUEUED, reason="submitted", actor=owner)
+        job = Job.submit(owner=owner, name=spec.name, mode=spec.mode, spec=spec.to_dict(), pool=pool,
+                         priority=spec.priority)
         transaction.on_commit(lambda: job_enqueue(job))
     return job
 
@@ -110,7 +109,7 @@ def job_cancel(job: Job, *, actor=None, reason: str = "cancelled by user") -> bo
     """Cancel a queued job at once, or ask the worker to stop a running one. Idempotent."""
     for _ in range(3):  # the status may move underneath us; retry on the fresh row
         if job.status == Status.QUEUED:
-            if after_final(job, job.transition(Status.CANCELLED, reason=reason, actor=actor)):
+            if job.transition(Status.CANCELLED, reason=reason, actor=actor):
                 return True
         elif job.status == Status.RUNNING:
             if job.transition(Status.CANCELLING, reason=reason, actor=actor):
@@ -118,6 +117,15 @@ def job_cancel(job: Job, *, actor=None, reason: str = "cancelled by user") -> bo
         else:
             return False
     return False
+
+
+def pool_cancel_jobs(pool: WorkerPool, *, actor=None) -> int:
+    """Cancel every queued and running job of the pool (running ones are stopped by their worker)."""
+    count = 0
+    for job in Job.objects.filter(pool=pool, status__in=[Status.QUEUED, Status.RUNNING]):
+        count += job_cancel(job, actor=actor, reason=f"pool {pool.name}: all jobs cancelled by an administrator")
+    pool_record(pool, actor, f"cancelled {count} job(s)")
+    return count
 
 
 def job_clone_spec(job: Job) -> dict[str, Any]:
@@ -145,5 +153,6 @@ def job_resume_from(job: Job, checkpoint: str, *, owner) -> Job:
     """A new job with ``job``'s spec that starts from one of its checkpoints."""
     spec = job_clone_spec(job)
     spec["name"] = f"{job.name}-from-{checkpoint}"[:200]
-    spec["checkpoint"] = {**spec.get("checkpoint", {}), "resume": True, "start_from": f"job-{job.pk}/checkpoints/{checkpoint}"}
+    spec["checkpoint"] = {**job.spec_model.checkpoint.model_dump(mode="json", exclude_none=True), "resume": True,
+                          "start_from": f"job-{job.pk}/checkpoints/{checkpoint}"}
     return job_submit(owner=owner, data=spec)

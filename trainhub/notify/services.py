@@ -1,6 +1,7 @@
 """Tell people a job ended: a webhook (JSON, retried with backoff) and an e-mail to the owner.
 
-``job_finished`` is called once per final status, after it commits. Delivery runs in a daemon
+``job_finished`` runs once per final status, after it commits: the model's ``job_finished``
+signal calls it (see ``NotifyConfig.ready``). Delivery runs in a daemon
 thread so the worker never waits on a slow or dead receiver, and a failure is only recorded
 on the ``NotificationDelivery`` row: it never changes the job.
 """
@@ -15,28 +16,36 @@ import urllib.request
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection
 from django.urls import reverse
 from django.utils import timezone
 
 from trainhub.jobs.models import FINAL, Job
 from trainhub.notify.models import NotificationDelivery, NotifySettings
+from workers.runner.config import Notify, SpecError
 
 log = logging.getLogger(__name__)
 Delivery = NotificationDelivery
 _threads: list[threading.Thread] = []
 
 
+def _notify_section(job: Job) -> Notify:
+    try:
+        return job.spec_model.notify or Notify()
+    except SpecError:  # a stored spec that no longer validates: the owner's settings still apply
+        return Notify()
+
+
 def plan(job: Job) -> list[tuple[str, str]]:
     """(channel, target) pairs this job's final status goes to: the owner's settings, overridden
     field by field by the spec's ``notify`` section."""
     mine = NotifySettings.objects.filter(user_id=job.owner_id).first() or NotifySettings()
-    override = job.spec.get("notify") or {}
-    events = override.get("on") if override.get("on") is not None else mine.events
+    override = _notify_section(job)
+    events = override.on if override.on is not None else mine.events
     if job.status not in events:
         return []
-    webhook = override["webhook"] if override.get("webhook") is not None else mine.webhook_url
-    email = override["email"] if override.get("email") is not None else mine.email
+    webhook = override.webhook if override.webhook is not None else mine.webhook_url
+    email = override.email if override.email is not None else mine.email
     targets = [(Delivery.Channel.WEBHOOK, webhook.strip())] if webhook and webhook.strip() else []
     if email:
         targets.append((Delivery.Channel.EMAIL, job.owner.email))
@@ -73,12 +82,10 @@ def job_finished(job_id: int) -> threading.Thread | None:
         return None
 
 
-def after_final(job: Job, won: bool) -> bool:
-    """``job_finish``'s hook: when it ``won`` the move to a final status, notify once that
-    commits. Returns ``won`` unchanged."""
-    if won and job.status in FINAL:
-        transaction.on_commit(lambda: job_finished(job.pk))
-    return won
+def on_job_finished(sender, job: Job, **_) -> None:
+    """Receiver of ``trainhub.jobs.signals.job_finished`` (sent after the final status commits),
+    connected in ``NotifyConfig.ready``."""
+    job_finished(job.pk)
 
 
 def wait_idle(timeout: float = 60) -> None:

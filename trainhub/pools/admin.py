@@ -4,8 +4,8 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
 
-from trainhub.pools.models import GpuLease, Worker, WorkerPool, Workspace
-from trainhub.pools.services import pool_cancel_jobs, pool_set_state
+from trainhub.pools.models import Worker, WorkerPool, Workspace
+from trainhub.pools.services import pool_set_state
 
 
 class WorkerInline(admin.TabularInline):
@@ -29,7 +29,7 @@ class WorkerPoolAdmin(admin.ModelAdmin):
     list_filter = ("kind", "state")
     filter_horizontal = ("groups",)
     inlines = [WorkerInline]
-    actions = ["drain", "disable", "enable", "cancel_jobs"]
+    actions = ["drain", "disable", "enable"]  # trainhub.runs.admin adds "cancel_jobs"
     fieldsets = [
         (None, {"fields": ("name", "kind", "queue", "state", "description")}),
         ("Capacity", {"fields": ("slots_per_worker", "gpus_per_worker", "modes")}),
@@ -65,11 +65,6 @@ class WorkerPoolAdmin(admin.ModelAdmin):
     def enable(self, request, queryset):
         self._set_state(request, queryset, WorkerPool.State.ENABLED)
 
-    @admin.action(description="Cancel all queued and running jobs")
-    def cancel_jobs(self, request, queryset):
-        count = sum(pool_cancel_jobs(pool, actor=request.user) for pool in queryset)
-        self.message_user(request, f"{count} job(s) cancelled", messages.SUCCESS)
-
 
 @admin.register(Worker)
 class WorkerAdmin(admin.ModelAdmin):
@@ -80,18 +75,6 @@ class WorkerAdmin(admin.ModelAdmin):
     @admin.display(boolean=True, description="online")
     def is_online(self, obj: Worker) -> bool:
         return obj.online
-
-
-@admin.register(GpuLease)
-class GpuLeaseAdmin(admin.ModelAdmin):
-    list_display = ("worker", "index", "job", "taken_at")
-    list_filter = ("worker__pool",)
-
-    def has_add_permission(self, request) -> bool:
-        return False  # leases are taken by workers when they claim a job
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Workspace)

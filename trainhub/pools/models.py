@@ -1,4 +1,3 @@
-import os
 from datetime import timedelta
 
 from django.conf import settings
@@ -8,8 +7,12 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from workers.runner.modes import MODES  # the spec model's table of modes
+
 _queue_name = RegexValidator(r"^[A-Za-z0-9_.-]+$", "letters, digits, '.', '_' and '-' only")
-MODES = ("centralized", "ddp", "deepspeed", "llm", "script")
+#: the smallest per-job log cap a pool may set: below it a cut could reach lines a live viewer
+#: is still being sent (``trainhub.jobs.retention`` cuts; the pool only validates its setting)
+LOG_RETENTION_MINIMUM = 10_000
 
 
 class WorkerPool(models.Model):
@@ -70,10 +73,8 @@ class WorkerPool(models.Model):
             raise ValidationError({"modes": f"unknown mode(s) {', '.join(bad)}; use some of {', '.join(MODES)}"})
         if self.default_priority > self.max_priority:
             raise ValidationError({"default_priority": "must not exceed the maximum priority"})
-        from trainhub.jobs.retention import MINIMUM
-
-        if 0 < self.log_retention_lines < MINIMUM:
-            raise ValidationError({"log_retention_lines": f"keep at least {MINIMUM:,} lines (or 0 for all)"})
+        if 0 < self.log_retention_lines < LOG_RETENTION_MINIMUM:
+            raise ValidationError({"log_retention_lines": f"keep at least {LOG_RETENTION_MINIMUM:,} lines (or 0 for all)"})
 
     @property
     def mode_list(self) -> list[str]:
@@ -96,8 +97,7 @@ class WorkerPool(models.Model):
 
 def offline_after() -> timedelta:
     """A worker whose last heartbeat is older than this is shown offline (TRAINHUB_OFFLINE_SECONDS, default 60)."""
-    return timedelta(seconds=getattr(settings, "TRAINHUB_OFFLINE_SECONDS", None)
-                     or int(os.environ.get("TRAINHUB_OFFLINE_SECONDS", "60")))
+    return timedelta(seconds=settings.TRAINHUB_OFFLINE_SECONDS)
 
 
 class Worker(models.Model):
@@ -129,23 +129,6 @@ class Worker(models.Model):
         return min(self.gpu_count, cap) if cap else self.gpu_count
 
 
-class GpuLease(models.Model):
-    """One GPU of one worker held by one job. The unique constraint makes sharing impossible."""
-
-    worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="gpu_leases")
-    index = models.PositiveSmallIntegerField()
-    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="gpu_leases")
-    lease_token = models.PositiveIntegerField(help_text="the job's lease token when taken")
-    taken_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["worker", "index"]
-        constraints = [models.UniqueConstraint(fields=["worker", "index"], name="gpulease_worker_index")]
-
-    def __str__(self) -> str:
-        return f"{self.worker} GPU {self.index} → job {self.job_id}"
-
-
 class Workspace(models.Model):
     """A directory of a team's own training code that script-mode jobs may run."""
 
@@ -159,30 +142,3 @@ class Workspace(models.Model):
     def clean(self) -> None:
         if not self.path.startswith("/"):
             raise ValidationError({"path": "must be an absolute directory path, e.g. /srv/teams/vision"})
-
-
-class GangMember(models.Model):
-    """One worker's place in a multi-node job's gang, for one attempt.
-
-    Workers join while the job is still queued, each holding a slot and its GPU leases; the
-    job starts only when all ``nodes`` have joined (all or nothing), else it fails after the
-    gang timeout and every member lets go."""
-
-    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="gang_members")
-    attempt = models.PositiveIntegerField()
-    worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="gang_members")
-    node_rank = models.PositiveSmallIntegerField()
-    address = models.CharField(max_length=300, blank=True, help_text="rank 0: the c10d rendezvous host:port")
-    lease_token = models.PositiveIntegerField(help_text="the job's lease token once the gang starts")
-    joined_at = models.DateTimeField(default=timezone.now)
-    done = models.BooleanField(default=False, help_text="this member's thread has let go (slot free)")
-
-    class Meta:
-        ordering = ["job", "attempt", "node_rank"]
-        constraints = [
-            models.UniqueConstraint(fields=["job", "attempt", "worker"], name="gangmember_one_place_per_worker"),
-            models.UniqueConstraint(fields=["job", "attempt", "node_rank"], name="gangmember_one_worker_per_rank"),
-        ]
-
-    def __str__(self) -> str:
-        return f"job {self.job_id} attempt {self.attempt} node {self.node_rank}: {self.worker}"

@@ -1,21 +1,20 @@
-"""The live worker registry: workers announce themselves and send heartbeats."""
+"""The live worker registry: workers announce themselves and send heartbeats.
+
+The heartbeat thread itself lives in ``trainhub.runs.heartbeat``: each beat also recovers
+jobs of lost workers, which is running jobs, not inventory."""
 from __future__ import annotations
 
-import logging
 import os
 import platform
-import threading
-import time
 from importlib import metadata
 
-from django.db import close_old_connections
+from django.conf import settings
 from django.utils import timezone
 
 from trainhub.pools import gpus
-from trainhub.pools.models import GangMember, GpuLease, Worker, WorkerPool, offline_after
+from trainhub.pools.models import Worker, WorkerPool, offline_after
 
-log = logging.getLogger(__name__)
-HEARTBEAT_SECONDS = int(os.environ.get("TRAINHUB_HEARTBEAT_SECONDS", "10"))
+HEARTBEAT_SECONDS = settings.TRAINHUB_HEARTBEAT_SECONDS
 
 
 def _version(package: str) -> str | None:
@@ -45,8 +44,6 @@ def worker_online(hostname: str) -> Worker | None:
         hostname=hostname,
         defaults={"pool": pool, "started_at": timezone.now(), "last_heartbeat": timezone.now(), "info": info,
                   "gpu_count": len(info["gpus"]), "threads": int(os.environ.get("TRAINHUB_WORKER_THREADS", "1"))})
-    GangMember.objects.filter(worker=worker, done=False).update(done=True)  # places held by a previous run
-    threading.Thread(target=_beat, args=(hostname,), daemon=True, name="trainhub-heartbeat").start()
     return worker
 
 
@@ -54,38 +51,9 @@ def worker_offline(hostname: str) -> None:
     Worker.objects.filter(hostname=hostname).update(last_heartbeat=timezone.now() - offline_after())
 
 
-def leases_sweep() -> int:
-    """Release GPU leases of finished jobs (a safety net behind every exit path). Queued jobs keep
-    theirs: those are a multi-node gang's reservations, let go by its members or its timeout."""
-    from trainhub.jobs.models import FINAL
-
-    return GpuLease.objects.filter(job__status__in=FINAL).delete()[0]
-
-
-def _beat(hostname: str) -> None:
-    from trainhub.jobs.lifecycle import DB_ERRORS, drop_connection, jobs_reconcile
-
-    stop = threading.Event()
-    failing_since = None
-    while not stop.wait(HEARTBEAT_SECONDS):
-        try:
-            close_old_connections()
-            Worker.objects.filter(hostname=hostname).update(last_heartbeat=timezone.now())
-            jobs_reconcile()
-            leases_sweep()
-        except DB_ERRORS as exc:  # the database is briefly away: next beat
-            if failing_since is None:  # once per outage, not a traceback every beat
-                failing_since = time.monotonic()
-                log.warning("heartbeat of %s failed: database unavailable (%s); retrying every %s s",
-                            hostname, exc, HEARTBEAT_SECONDS)
-            drop_connection()
-            continue
-        except Exception:  # a bug must not end the heartbeat (the worker would look dead)
-            log.exception("heartbeat of %s failed; retrying", hostname)
-            continue
-        if failing_since is not None:
-            log.warning("heartbeat of %s: database back after %.0f s", hostname, time.monotonic() - failing_since)
-            failing_since = None
+def heartbeat(hostname: str) -> None:
+    """One beat: this worker is alive now."""
+    Worker.objects.filter(hostname=hostname).update(last_heartbeat=timezone.now())
 
 
 def online_workers(pool: WorkerPool):

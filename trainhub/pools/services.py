@@ -27,18 +27,6 @@ def pool_set_state(pool: WorkerPool, state: str, *, actor=None) -> bool:
     return True
 
 
-def pool_cancel_jobs(pool: WorkerPool, *, actor=None) -> int:
-    """Cancel every queued and running job of the pool (running ones are stopped by their worker)."""
-    from trainhub.jobs.models import Job, Status
-    from trainhub.jobs.services import job_cancel
-
-    count = 0
-    for job in Job.objects.filter(pool=pool, status__in=[Status.QUEUED, Status.RUNNING]):
-        count += job_cancel(job, actor=actor, reason=f"pool {pool.name}: all jobs cancelled by an administrator")
-    pool_record(pool, actor, f"cancelled {count} job(s)")
-    return count
-
-
 def pool_history(pool: WorkerPool, limit: int = 20):
     ct = ContentType.objects.get_for_model(WorkerPool)
     return (LogEntry.objects.filter(content_type=ct, object_id=str(pool.pk)).select_related("user")

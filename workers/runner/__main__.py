@@ -10,6 +10,7 @@ import sys
 import traceback
 
 from workers import runner
+from workers.runner import fence
 from workers.runner.config import SpecError
 from workers.runner.signals import EXIT_INTERRUPTED
 
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         args = runner.load_arguments(ns.config, run_dir=ns.run_dir, workspace_dir=ns.workspace_dir)
     except (SpecError, OSError) as exc:
         return _spec_error(exc)
-    if args.spec.mode == "script":
+    if args.spec.workload == "script":
         from workers.runner.workloads import script
 
         try:
@@ -48,6 +49,9 @@ def train(args: runner.Arguments) -> int:
     except Interrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
+    except fence.Superseded as exc:
+        print(f"superseded: {exc}", file=sys.stderr, flush=True)
+        return fence.EXIT_SUPERSEDED
     except SpecError as exc:
         _report_end(args, exc, "spec error: " + str(exc))
         return _spec_error(exc)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workers.runner import fence
 from workers.runner.config import dump_yaml
 
 DIR = "checkpoints"
@@ -36,6 +37,7 @@ def save(strategy, run_dir: Path, step: int, state: dict[str, Any], spec, keep_l
     """Write a checkpoint of ``step``; every rank must call this. Returns the final directory."""
     final = root(run_dir) / f"step-{step}"
     tmp = root(run_dir) / f".tmp-step-{step}"
+    fence.check(run_dir)
     if strategy.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -45,6 +47,11 @@ def save(strategy, run_dir: Path, step: int, state: dict[str, Any], spec, keep_l
     strategy.barrier()
     if strategy.is_main:
         (tmp / "config.resolved.yaml").write_text(dump_yaml(spec), encoding="utf-8")
+        try:
+            fence.check(run_dir)  # the rename is what makes a checkpoint visible: a superseded run never does it
+        except fence.Superseded:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)

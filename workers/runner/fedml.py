@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from workers.runner.errors import SpecError
+
 FEDML_SECTIONS = ("common_args", "data_args", "model_args", "train_args", "device_args",
                   "comm_args", "tracking_args", "environment_args", "validation_args")
 
@@ -79,8 +81,6 @@ def is_fedml(data: dict[str, Any]) -> bool:
 
 def translate(data: dict[str, Any]) -> dict[str, Any]:
     """A TrainHub spec mapping from a FedML config; raises ``SpecError`` naming every refused key."""
-    from workers.runner.config import SpecError
-
     spec: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for section in FEDML_SECTIONS:

@@ -36,7 +36,7 @@ def preflight(spec: JobSpec, gpus_available: int | None, *, workspace_dir: str |
     if spec.data.path and not Path(spec.data.path).expanduser().exists():
         errors["data.path"] = f"{spec.data.path} does not exist on this worker; check the path"
     if spec.script is not None and workspace_dir is not None:
-        from workers.launch import resolve_entry
+        from workers.runner.launch import resolve_entry
 
         try:
             resolve_entry(workspace_dir, spec.script.entry)

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workers.runner import fence
+
 EVENTS_FILE = "events.jsonl"
 
 
@@ -33,8 +35,15 @@ class Reporter:
         self._fh = open(self.path, "a", encoding="utf-8") if enabled else None
 
     def emit(self, type_: str, **fields: Any) -> None:
+        """Append one event; raises :class:`fence.Superseded` (once, then silent) if a newer attempt owns the
+        run directory."""
         if not self._fh:
             return
+        try:
+            fence.check(self.path.parent)
+        except fence.Superseded:
+            self.close()
+            raise
         event = {"type": type_, "time": round(time.time(), 3), **fields}
         self._fh.write(json.dumps(event, default=_jsonable) + "\n")
         self._fh.flush()

@@ -2,8 +2,8 @@
 
 The handler only sets a flag; the loop checks it at every optimizer step (all ranks agree
 through one all-reduce), writes a checkpoint and exits with ``EXIT_INTERRUPTED``. If that
-takes longer than ``TRAINHUB_STOP_GRACE_S`` seconds (default 15) the process exits anyway,
-so a cancelled job never lingers.
+takes longer than ``TRAINHUB_GRACE_SECONDS`` seconds (default 15; the worker sets it, the same
+grace it gives before SIGKILL) the process exits anyway, so a cancelled job never lingers.
 """
 from __future__ import annotations
 
@@ -57,10 +57,22 @@ def _handle(signum, frame) -> None:
     _reason.append(f"received {signal.Signals(signum).name}")
     _requested.set()
     print(f"{_reason[0]}: saving a checkpoint and stopping", file=sys.stderr, flush=True)
-    grace = float(os.environ.get("TRAINHUB_STOP_GRACE_S", "15"))
-    timer = threading.Timer(grace, _give_up)
+    timer = threading.Timer(grace_seconds(), _give_up)
     timer.daemon = True
     timer.start()
+
+
+def grace_seconds() -> float:
+    """``TRAINHUB_GRACE_SECONDS``; the old ``TRAINHUB_STOP_GRACE_S`` still works, with a warning."""
+    name = "TRAINHUB_GRACE_SECONDS"
+    if name not in os.environ and "TRAINHUB_STOP_GRACE_S" in os.environ:
+        name = "TRAINHUB_STOP_GRACE_S"
+        print(f"{name} is deprecated: set TRAINHUB_GRACE_SECONDS instead", file=sys.stderr, flush=True)
+    try:
+        return float(os.environ.get(name) or 15)
+    except ValueError:  # never let a typo stop the checkpoint: say so and use the default
+        print(f"{name}={os.environ[name]!r} is not a number of seconds; using 15", file=sys.stderr, flush=True)
+        return 15.0
 
 
 def _give_up() -> None:

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from workers.runner import checkpoint, signals
 from workers.runner.arguments import Arguments
 from workers.runner.data import Datasets
+from workers.runner import fence
 from workers.runner.report import Reporter
 from workers.runner.strategies import STRATEGIES
 
@@ -119,6 +120,7 @@ class Runner:
         if self.step > self.saved_step:
             self._checkpoint()
         with s.full_params():
+            fence.check(self.args.run_dir)
             for artifact in wl.finish(s.raw_model, self.is_main):
                 self.reporter.emit("artifact", **artifact)
                 self.log(f"wrote {artifact['path']}")

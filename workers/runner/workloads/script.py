@@ -1,7 +1,7 @@
 """Script mode standalone: ``python -m workers.runner --config job.yaml --workspace-dir DIR``.
 
 The team's own ``train.py`` (or ``pkg.train`` module) is the workload. Here it is started
-the way the executor starts it (``workers.launch.argv``/``env``: python or torchrun with the
+the way the executor starts it (``workers.runner.launch.argv``/``env``: python or torchrun with the
 job's resources, ``script.args`` as separate argv items, cwd the workspace) and this process
 records ``start``/``end`` events and forwards SIGTERM/SIGINT to it. The script sees
 ``TRAINHUB_RUN_DIR`` (write artifacts there) and torchrun's RANK/LOCAL_RANK/WORLD_SIZE.
@@ -19,7 +19,7 @@ from workers.runner.report import Reporter
 
 def run(args: Arguments) -> int:
     """Run the script to completion; returns its exit code."""
-    from workers import launch  # argv building is shared with the executor (pure, no Django/Celery)
+    from workers.runner import launch  # argv building is shared with the executor (pure, no Django/Celery)
 
     if args.workspace_dir is None:
         raise SpecError({"script.workspace": "standalone runs need --workspace-dir DIR (the directory "

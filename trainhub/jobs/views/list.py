@@ -12,18 +12,12 @@ from django.views.decorators.http import require_http_methods
 
 from trainhub.jobs.models import ACTIVE, Status
 from trainhub.jobs.services import job_cancel, jobs_visible_to
+from trainhub.jobs.views import int_param
 from trainhub.pools.models import WorkerPool
 from workers.runner.config import MODES
 
 PAGE_SIZE = 50
 MAX_BULK = 500
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value else None
-    except ValueError:
-        return None
 
 
 def _filters(request: HttpRequest) -> dict[str, str]:
@@ -66,7 +60,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
     # keyset pagination in either direction: a cursor is the last id seen, never an offset
     oldest = filters.get("sort") == "oldest"
     cursor_name = "after" if oldest else "before"
-    cursor = _int(request.GET.get(cursor_name))
+    cursor = int_param(request.GET.get(cursor_name))
     if cursor:
         qs = qs.filter(pk__gt=cursor) if oldest else qs.filter(pk__lt=cursor)
     jobs = list(qs[: PAGE_SIZE + 1])
@@ -83,7 +77,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
 
 
 def _bulk_cancel(request: HttpRequest) -> HttpResponse:
-    ids = [i for i in (_int(v) for v in request.POST.getlist("ids")[:MAX_BULK]) if i]
+    ids = [i for i in (int_param(v) for v in request.POST.getlist("ids")[:MAX_BULK]) if i]
     cancelled = 0
     for job in jobs_visible_to(request.user).filter(pk__in=ids, status__in=ACTIVE):
         cancelled += job_cancel(job, actor=request.user, reason="cancelled by user (bulk)")

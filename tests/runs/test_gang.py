@@ -7,7 +7,8 @@ from tests.conftest import wait_for
 from trainhub.jobs.logs import read_lines
 from trainhub.jobs.models import Job, JobEvent
 from trainhub.jobs.services import job_submit
-from trainhub.pools.models import GangMember, GpuLease, Worker
+from trainhub.pools.models import Worker
+from trainhub.runs.models import GangMember, GpuLease
 
 pytestmark = pytest.mark.slow
 TWO_NODES = {"name": "gang", "mode": "ddp", "resources": {"nodes": 2, "procs_per_node": 1},

@@ -9,22 +9,21 @@ and every member lets go: no process was started, no GPU stays held.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 
+from django.conf import settings
 from django.utils import timezone
 
-from trainhub.jobs.lifecycle import job_claim
 from trainhub.jobs.models import Job, Status
-from trainhub.notify.services import after_final
-from trainhub.pools.models import GangMember
+from trainhub.runs.lifecycle import job_claim
+from trainhub.runs.models import GangMember
 
 POLL_SECONDS = 0.3
 
 
 def gang_timeout() -> float:
-    return float(os.environ.get("TRAINHUB_GANG_TIMEOUT_SECONDS", "120"))
+    return settings.TRAINHUB_GANG_TIMEOUT_SECONDS
 
 
 def gang_wait(member: GangMember, nodes: int, *, task_id: str = "", stop: threading.Event | None = None) -> Job | str:
@@ -47,7 +46,7 @@ def gang_wait(member: GangMember, nodes: int, *, task_id: str = "", stop: thread
         if (timezone.now() - first).total_seconds() > gang_timeout():
             reason = (f"gang timeout: only {len(joined)} of {nodes} workers of pool {job.pool.name} could take the "
                       f"job within {gang_timeout():.0f} s; free workers or lower resources.nodes")
-            after_final(job, job.transition(Status.FAILED, reason=reason, expect=Status.QUEUED, error=reason))
+            job.transition(Status.FAILED, reason=reason, expect=Status.QUEUED, error=reason)
             return reason
         if stop is not None and stop.is_set():
             return "the worker is shutting down"

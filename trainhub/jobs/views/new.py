@@ -11,23 +11,18 @@ from django.views.decorators.http import require_http_methods
 
 from trainhub.jobs.forms import DEFAULT_NAMES, JobForm, initial_from_spec, mode_initial, spec_from_fields
 from trainhub.jobs.job_templates import template_save, templates_of
-from trainhub.jobs.services import job_clone_spec, job_submit, jobs_visible_to, spec_validate
+from trainhub.jobs.services import job_clone_spec, job_submit, spec_validate
+from trainhub.jobs.views import int_param, job_for_user
 from trainhub.pools.models import WorkerPool
 from workers.runner.config import MODES, JobSpec, SpecError, dump_yaml, parse_spec
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value else None
-    except ValueError:
-        return None
+from workers.runner.modes import DEFAULT_MODE
 
 
 def run_locally(spec: JobSpec) -> list[str]:
     """Commands that run ``spec`` (saved as job.yaml) without TrainHub's server, and with its CLI."""
     r = spec.resources
     many = r.nodes * r.procs_per_node > 1
-    if spec.mode == "script":
+    if spec.workload == "script":
         target = spec.script.entry if spec.script.entry.endswith(".py") else f"-m {spec.script.entry}"
         args = shlex.join(spec.script.args)
         if many:
@@ -73,20 +68,20 @@ def job_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         return _post(request, pools)
     if request.GET.get("fragment") == "mode-fields":
-        mode = request.GET.get("mode", "centralized")
-        mode = mode if mode in MODES else "centralized"
+        mode = request.GET.get("mode", DEFAULT_MODE)
+        mode = mode if mode in MODES else DEFAULT_MODE
         form = JobForm(initial=mode_initial(mode), pools=pools, mode=mode)
         typed = request.GET.get("name", "")
         new_name = DEFAULT_NAMES[mode] if typed in ("", *DEFAULT_NAMES.values()) else ""
         return render(request, "jobs/new.html#mode-fields", {"form": form, "new_name": new_name})
     initial = {"pool": pools[0] if pools else "cpu"}
-    clone, template = _int(request.GET.get("clone")), _int(request.GET.get("template"))
+    clone, template = int_param(request.GET.get("clone")), int_param(request.GET.get("template"))
     if clone:
-        initial = initial_from_spec(job_clone_spec(get_object_or_404(jobs_visible_to(request.user), pk=clone)))
+        initial = initial_from_spec(job_clone_spec(job_for_user(request, clone)))
     elif template:
         source = get_object_or_404(templates_of(request.user), pk=template)
         initial = {**initial_from_spec(source.spec), "template_name": source.name}
-    form = JobForm(initial={**mode_initial(initial.get("mode", "centralized")), **initial}, pools=pools)
+    form = JobForm(initial={**mode_initial(initial.get("mode", DEFAULT_MODE)), **initial}, pools=pools)
     return render(request, "jobs/new.html", _context(request, form, source_template=initial.get("template_name")))
 
 

@@ -17,8 +17,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from trainhub.jobs.models import Job, Status
-from trainhub.pools.models import GpuLease, Worker
-from trainhub.notify.services import after_final
+from trainhub.jobs import services as job_services  # by module: tests replace job_enqueue there
+from trainhub.pools.models import Worker
+from trainhub.runs.models import GpuLease
+from workers.runner.errors import SpecError
 
 
 log = logging.getLogger(__name__)
@@ -113,6 +115,13 @@ def job_renew(job: Job) -> str | None:
     return Job.objects.filter(pk=job.pk).values_list("status", flat=True).first()
 
 
+def _max_restarts(job: Job) -> int:
+    try:
+        return job.spec_model.max_restarts
+    except SpecError:  # a stored spec that no longer validates would fail again: no retry
+        return 0
+
+
 @retry_db
 def job_finish(job: Job, outcome: Outcome) -> bool:
     """Record the final status (or a retry) if this worker still holds the lease; retries
@@ -120,29 +129,28 @@ def job_finish(job: Job, outcome: Outcome) -> bool:
     current = Job.objects.filter(pk=job.pk, lease_token=job.lease_token).values_list("status", flat=True).first()
     if current not in (Status.RUNNING, Status.CANCELLING):
         return False
-    job.status = current
+    # Each transition below compares against the status just read (``expect``), not the one
+    # this instance was loaded with: a cancel may have arrived since.
     if current == Status.CANCELLING:
         new = Status.CANCELLED if outcome.status != Status.SUCCEEDED else Status.SUCCEEDED
-        return after_final(job, job.transition(new, reason=outcome.reason, exit_code=outcome.exit_code))
+        return job.transition(new, reason=outcome.reason, expect=current, exit_code=outcome.exit_code)
     interrupted = outcome.status == Status.QUEUED
     failures = job.attempt - job.interruptions  # runs that ended through the job's fault, this one included
-    retry = outcome.status == Status.FAILED and failures <= int(job.spec.get("max_restarts", 0))
+    retry = outcome.status == Status.FAILED and failures <= _max_restarts(job)
     if interrupted or retry:
         why = outcome.reason if interrupted else f"attempt {job.attempt} failed ({outcome.reason}); retrying"
         # a new attempt number either way: the old run message becomes a no-op (the claim compares it)
-        won = job.transition(Status.QUEUED, reason=why,
+        won = job.transition(Status.QUEUED, reason=why, expect=current,
                              exit_code=outcome.exit_code, error=outcome.reason, attempt=F("attempt") + 1,
                              interruptions=F("interruptions") + int(interrupted),
                              lease_expires_at=None, worker=None, celery_task_id="")  # sent again below
         if won:
             job.refresh_from_db()
-            from trainhub.jobs.services import job_enqueue
-
-            job_enqueue(job)
+            job_services.job_enqueue(job)
         return won
     error = "" if outcome.status == Status.SUCCEEDED else outcome.reason
-    return after_final(job, job.transition(outcome.status, reason=outcome.reason,
-                                           exit_code=outcome.exit_code, error=error))
+    return job.transition(outcome.status, reason=outcome.reason, expect=current,
+                          exit_code=outcome.exit_code, error=error)
 
 
 def jobs_reconcile(now=None) -> int:
@@ -191,6 +199,4 @@ def _resend_unsent(now) -> None:
     submit's own send has had time to happen (a duplicate send is a no-op claim anyway)."""
     unsent = Job.objects.filter(status=Status.QUEUED, celery_task_id="", created_at__lt=now - timedelta(seconds=5))
     if unsent.exists():
-        from trainhub.jobs.services import job_requeue_lost
-
-        log.info("re-sending %d queued job(s) whose message was never sent", job_requeue_lost(now))
+        log.info("re-sending %d queued job(s) whose message was never sent", job_services.job_requeue_lost(now))

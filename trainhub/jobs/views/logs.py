@@ -1,5 +1,5 @@
 """The log viewer's pages and fragments: windows of lines, search, first error, download,
-metrics export. The live stream itself is in ``stream.py``."""
+metrics export. The live stream itself is in ``stream.py``; the page that holds them in ``detail.py``."""
 from __future__ import annotations
 
 import csv
@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import mark_safe
@@ -18,25 +18,16 @@ from django.views.decorators.http import require_GET
 from trainhub.jobs import ansi, logs
 from trainhub.jobs.models import Job, Metric
 from trainhub.jobs.services import jobs_visible_to
+from trainhub.jobs.views import int_param, job_for_user
+from workers.runner.errors import SpecError
 
 PAGE = 500
 SEARCH_PAGE = 100
 
 
-def _job(request: HttpRequest, job_id: int) -> Job:
-    return get_object_or_404(jobs_visible_to(request.user), pk=job_id)
-
-
-def _int(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def log_filters(request: HttpRequest) -> dict:
     stream = request.GET.get("stream") or None
-    return {"rank": _int(request.GET.get("rank") or None), "stream": stream if stream in ("o", "e", "s") else None}
+    return {"rank": int_param(request.GET.get("rank") or None), "stream": stream if stream in ("o", "e", "s") else None}
 
 
 def _query(filters: dict, **extra) -> str:
@@ -48,7 +39,7 @@ def log_window(request: HttpRequest, job: Job) -> dict:
     """The lines the job page opens with: the tail, or a window around ``?line=SEQ``."""
     filters = log_filters(request)
     href = reverse("job_detail", args=[job.pk])
-    target = _int(request.GET.get("line"))
+    target = int_param(request.GET.get("line"))
     if target is not None:
         before = logs.read_before(job.pk, target, PAGE // 2, **filters)
         after = logs.read_lines(job.pk, target - 1, PAGE // 2, **filters)
@@ -73,18 +64,20 @@ def _older_url(job: Job, filters: dict, first: int) -> str:
 
 
 def _world_size(job: Job) -> int:
-    resources = (job.spec or {}).get("resources") or {}
-    return int(resources.get("nodes") or 1) * int(resources.get("procs_per_node") or 1)
+    try:
+        return job.spec_model.world_size
+    except SpecError:  # a stored spec that no longer validates still has its log shown
+        return 1
 
 
 @login_required
 @require_GET
 def job_log_page(request: HttpRequest, job_id: int) -> HttpResponse:
     """Rows before ``before`` (paging back) or after ``after`` (paging forward), with the next button."""
-    job = _job(request, job_id)
+    job = job_for_user(request, job_id)
     filters = log_filters(request)
     href = reverse("job_detail", args=[job.pk])
-    before, after = _int(request.GET.get("before")), _int(request.GET.get("after"))
+    before, after = int_param(request.GET.get("before")), int_param(request.GET.get("after"))
     if before is not None:
         lines = logs.read_before(job.pk, before, PAGE, **filters)
         more = _older_url(job, filters, lines[0].seq) if lines and lines[0].seq > 0 else None
@@ -103,10 +96,10 @@ def job_log_page(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_GET
 def job_log_search(request: HttpRequest, job_id: int) -> HttpResponse:
     """Matches across the whole stored log, highlighted, a page at a time (by seq)."""
-    job = _job(request, job_id)
+    job = job_for_user(request, job_id)
     filters = log_filters(request)
     query = request.GET.get("q", "")[:200]
-    after = _int(request.GET.get("after"))
+    after = int_param(request.GET.get("after"))
     after = -1 if after is None else after
     lines = logs.search_lines(job.pk, query, after, SEARCH_PAGE + 1, **filters) if query else []
     more = lines[SEARCH_PAGE - 1].seq if len(lines) > SEARCH_PAGE else None
@@ -125,7 +118,7 @@ def job_log_search(request: HttpRequest, job_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def job_log_first_error(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _job(request, job_id)
+    job = job_for_user(request, job_id)
     seq = logs.first_error(job.pk)
     url = reverse("job_detail", args=[job.pk])
     if seq is None:
@@ -143,7 +136,7 @@ def _download_text(lines, ranks: bool) -> str:
 @require_GET
 def job_log_download(request: HttpRequest, job_id: int) -> HttpResponse:
     """The full log as plain text, streamed a chunk of rows at a time (never held in memory)."""
-    job = _job(request, job_id)
+    job = job_for_user(request, job_id)
     ranks = logs.has_ranks(job.pk)
     if isinstance(request, ASGIRequest):
         async def chunks():  # under ASGI a sync iterator would be read into a list first
@@ -170,21 +163,25 @@ def _metrics_payload(job: Job, after: int) -> dict:
         s = series.setdefault(name, {"steps": [], "values": []})
         s["steps"].append(step)
         s["values"].append(value)
+    return {"series": series, **progress_payload(job), "at": timezone.now().isoformat()}
+
+
+def progress_payload(job: Job) -> dict:
+    """Status, steps, elapsed time and ETA: metrics.json and the live stream's ``progress`` event."""
     elapsed = (job.duration.total_seconds() if job.duration else None)
     eta = None
     if elapsed and job.step and job.total_steps and job.is_active:
         eta = elapsed / job.step * max(0, job.total_steps - job.step)
-    return {"series": series, "status": job.status, "active": job.is_active, "step": job.step,
-            "total_steps": job.total_steps, "elapsed_seconds": elapsed, "eta_seconds": eta,
-            "at": timezone.now().isoformat()}
+    return {"status": job.status, "active": job.is_active, "step": job.step, "total_steps": job.total_steps,
+            "elapsed_seconds": elapsed, "eta_seconds": eta}
 
 
 @login_required
 @require_GET
 def job_metrics_json(request: HttpRequest, job_id: int) -> HttpResponse:
     """Columnar series (``?after=STEP`` for only newer points), progress and ETA."""
-    job = _job(request, job_id)
-    after = _int(request.GET.get("after"))
+    job = job_for_user(request, job_id)
+    after = int_param(request.GET.get("after"))
     response = JsonResponse(_metrics_payload(job, -1 if after is None else after))
     if request.GET.get("download"):
         response["Content-Disposition"] = f'attachment; filename="job-{job.pk}-metrics.json"'
@@ -199,7 +196,7 @@ class _Echo:
 @login_required
 @require_GET
 def job_metrics_csv(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _job(request, job_id)
+    job = job_for_user(request, job_id)
     writer = csv.writer(_Echo())
     rows = (Metric.objects.filter(job_id=job.pk).order_by("step", "name")
             .values_list("step", "name", "value", "at"))
@@ -222,7 +219,7 @@ def job_metrics_csv(request: HttpRequest, job_id: int) -> HttpResponse:
 def job_compare(request: HttpRequest) -> HttpResponse:
     """One chart per metric with a line for each job: ``/jobs/compare?ids=3,5,8&metric=loss``."""
     raw = ",".join(request.GET.getlist("ids")).replace(" ", ",")  # the job page sends its own id and the others
-    ids = list(dict.fromkeys(i for i in (_int(p) for p in raw.split(",")) if i))[:12]
+    ids = list(dict.fromkeys(i for i in (int_param(p) for p in raw.split(",")) if i))[:12]
     jobs = list(jobs_visible_to(request.user).filter(pk__in=ids).order_by("pk"))
     names = sorted(set(Metric.objects.filter(job_id__in=[j.pk for j in jobs]).values_list("name", flat=True)))
     metric = request.GET.get("metric") or ("loss" if "loss" in names else (names[0] if names else ""))

@@ -10,10 +10,11 @@ import pytest
 from django.db import close_old_connections
 
 from tests.conftest import wait_for
-from trainhub.jobs.lifecycle import jobs_reconcile
+from trainhub.runs.lifecycle import jobs_reconcile
 from trainhub.jobs.models import Job, JobEvent
 from trainhub.jobs.services import job_cancel, job_submit
-from trainhub.pools.models import GpuLease, Worker, WorkerPool, Workspace
+from trainhub.pools.models import Worker, WorkerPool, Workspace
+from trainhub.runs.models import GpuLease
 
 pytestmark = pytest.mark.slow
 RECORD = textwrap.dedent("""

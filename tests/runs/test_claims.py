@@ -2,11 +2,12 @@
 import pytest
 from django.db import IntegrityError, transaction
 
-from trainhub.jobs.lifecycle import jobs_reconcile
+from trainhub.runs.lifecycle import jobs_reconcile
 from trainhub.jobs.models import Job
 from trainhub.jobs.services import job_submit
-from trainhub.pools.models import GpuLease, Worker, WorkerPool
-from trainhub.pools.scheduling import claim_next, queue_position
+from trainhub.pools.models import Worker, WorkerPool
+from trainhub.runs.models import GpuLease
+from trainhub.runs.scheduling import claim_next
 
 TINY = {"name": "t", "data": {"dataset": "iris"}, "model": {"name": "logreg"}, "train": {"epochs": 1}}
 
@@ -31,10 +32,10 @@ def test_higher_priority_runs_first_and_fifo_within_a_priority(cpu_pool, user, d
     cpu_pool.slots_per_worker = 4
     cpu_pool.save()
     low, first, second, urgent = (job_submit(owner=user, data={**TINY, "priority": p}) for p in (0, 5, 5, 9))
-    assert [queue_position(Job.objects.get(pk=j.pk)) for j in (low, first, second, urgent)] == [4, 2, 3, 1]
+    assert [Job.objects.get(pk=j.pk).queue_position() for j in (low, first, second, urgent)] == [4, 2, 3, 1]
     order = [claim_next(low.pk, 1, hostname="w@test").job.pk for _ in range(4)]
     assert order == [urgent.pk, first.pk, second.pk, low.pk]
-    assert queue_position(Job.objects.get(pk=low.pk)) is None
+    assert Job.objects.get(pk=low.pk).queue_position() is None
 
 
 def test_a_full_worker_waits_and_a_slot_change_takes_effect_at_the_next_claim(cpu_pool, user):
@@ -101,7 +102,7 @@ def test_a_lost_workers_job_gives_its_gpus_back_when_reconciled(gpu_pool, user):
 
 
 def test_the_heartbeat_sweep_frees_gpus_of_finished_jobs_but_not_a_gathering_gangs(gpu_pool, user):
-    from trainhub.pools.registry import leases_sweep
+    from trainhub.runs.heartbeat import leases_sweep
 
     worker = Worker.objects.create(hostname="g@test", pool=gpu_pool, gpu_count=2)
     finished, gathering = gpu_job(user, 1), gpu_job(user, 1)
@@ -113,7 +114,7 @@ def test_the_heartbeat_sweep_frees_gpus_of_finished_jobs_but_not_a_gathering_gan
 
 
 def test_a_multi_node_job_is_joined_not_started_until_its_gang_is_complete(gpu_pool, user):
-    from trainhub.pools.models import GangMember
+    from trainhub.runs.models import GangMember
 
     for name in ("a@test", "b@test"):
         Worker.objects.create(hostname=name, pool=gpu_pool, gpu_count=2, threads=8)
@@ -129,7 +130,7 @@ def test_a_multi_node_job_is_joined_not_started_until_its_gang_is_complete(gpu_p
 
 
 def test_a_worker_shutting_down_does_not_use_up_the_jobs_retries(cpu_pool, user):
-    from trainhub.jobs.lifecycle import Outcome, job_claim, job_finish
+    from trainhub.runs.lifecycle import Outcome, job_claim, job_finish
 
     job = job_submit(owner=user, data={**TINY, "max_restarts": 1})
 

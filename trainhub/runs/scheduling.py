@@ -17,11 +17,13 @@ import threading
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Q
+from django.db.models import Count
 
-from trainhub.jobs.lifecycle import job_claim
-from trainhub.jobs.models import Job, Status
-from trainhub.pools.models import GangMember, GpuLease, Worker, WorkerPool
+from trainhub.jobs.models import QUEUE_ORDER, Job, Status
+from trainhub.pools.models import Worker, WorkerPool
+from trainhub.runs.lifecycle import job_claim
+from trainhub.runs.models import GangMember, GpuLease
+from workers.runner.errors import SpecError
 
 RUNNING = (Status.RUNNING, Status.CANCELLING)
 CANDIDATES = 200  # queued jobs looked at per claim, best first
@@ -37,9 +39,13 @@ class Decision:
     member: GangMember | None = None  # joined a multi-node job's gang (the job is still queued)
 
 
-def needs(spec: dict) -> tuple[int, int]:
-    res = spec.get("resources") or {}
-    return int(res.get("nodes", 1)), int(res.get("gpus_per_node", 0))
+def needs(job: Job) -> tuple[int, int]:
+    """Machines and GPUs per machine ``job`` asks for."""
+    try:
+        res = job.spec_model.resources
+    except SpecError:  # claimed like any one-machine job; running it fails it with the spec's message
+        return 1, 0
+    return res.nodes, res.gpus_per_node
 
 
 def free_gpus(worker: Worker) -> list[int]:
@@ -78,14 +84,6 @@ def gang_join(job: Job, worker: Worker, gpus: list[int], nodes: int) -> GangMemb
         return None
 
 
-def queue_position(job: Job) -> int | None:
-    """1 = next to start in its pool; None when the job is not queued."""
-    if job.status != Status.QUEUED:
-        return None
-    ahead = Job.objects.filter(pool_id=job.pool_id, status=Status.QUEUED)
-    return ahead.filter(Q(priority__gt=job.priority) | Q(priority=job.priority, id__lt=job.pk)).count() + 1
-
-
 def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") -> Decision:
     hint = Job.objects.filter(pk=hint_id).values("status", "attempt", "pool_id").first()
     if hint is None or hint["status"] != Status.QUEUED or hint["attempt"] != attempt:
@@ -109,11 +107,11 @@ def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") 
             per_owner = (Job.objects.filter(pool=pool, status__in=RUNNING).values("owner_id")
                          .annotate(n=Count("id")).filter(n__gte=pool.max_jobs_per_user))
             at_limit = {row["owner_id"] for row in per_owner}
-        queued = (Job.objects.filter(pool=pool, status=Status.QUEUED).order_by("-priority", "id")
-                  .only("id", "attempt", "spec", "owner_id", "priority", "lease_token")[:CANDIDATES])
+        queued = (Job.objects.filter(pool=pool, status=Status.QUEUED).order_by(*QUEUE_ORDER)
+                  .only("id", "attempt", "spec", "mode", "owner_id", "priority", "lease_token")[:CANDIDATES])
         joined = set(GangMember.objects.filter(worker=worker, done=False).values_list("job_id", flat=True))
         for job in queued:
-            nodes, gpus = needs(job.spec)
+            nodes, gpus = needs(job)
             if gpus > len(free) or job.owner_id in at_limit or job.pk in joined:
                 continue
             if nodes > 1:

@@ -1,4 +1,6 @@
-"""Staff pool pages: /pools/ (all pools) and /pools/<name> (workers, GPUs, queue, running jobs, actions)."""
+"""Staff pool pages: /pools/ (all pools) and /pools/<name> (workers, GPUs, queue, running jobs, actions).
+
+They live with runs, not pools: they show what runs on the inventory (queues, GPU leases)."""
 from __future__ import annotations
 
 from django.contrib import messages
@@ -9,9 +11,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path
 from django.views.decorators.http import require_POST
 
-from trainhub.jobs.models import Job, Status
-from trainhub.pools.models import GpuLease, WorkerPool
-from trainhub.pools.services import pool_cancel_jobs, pool_history, pool_set_state
+from trainhub.jobs.models import Status
+from trainhub.jobs.services import pool_cancel_jobs
+from trainhub.pools.models import WorkerPool
+from trainhub.pools.services import pool_history, pool_set_state
+from trainhub.runs.models import GpuLease
 
 RUNNING = [Status.RUNNING, Status.CANCELLING]
 

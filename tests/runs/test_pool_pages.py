@@ -5,7 +5,8 @@ from django.contrib.messages import get_messages
 
 from trainhub.jobs.models import Job
 from trainhub.jobs.services import job_submit
-from trainhub.pools.models import GpuLease, Worker, WorkerPool
+from trainhub.pools.models import Worker, WorkerPool
+from trainhub.runs.models import GpuLease
 
 TINY = {"name": "queued-one", "data": {"dataset": "iris"}, "model": {"name": "logreg"}, "train": {"epochs": 1}}
 
@@ -84,3 +85,11 @@ def test_a_queued_jobs_page_shows_its_place_in_the_pools_queue(user_client, user
     urgent = job_submit(owner=user, data={**TINY, "priority": 5})
     assert "#1 in the queue of pool cpu" in user_client.get(f"/jobs/{urgent.pk}").content.decode()
     assert "#3 in the queue of pool cpu" in user_client.get(f"/jobs/{second.pk}?fragment=status").content.decode()
+
+
+def test_the_admins_cancel_action_cancels_every_job_of_the_selected_pools(staff_client, cpu_pool, user):
+    job = job_submit(owner=user, data=TINY)
+    response = staff_client.post("/admin/pools/workerpool/", {"action": "cancel_jobs", "_selected_action": [cpu_pool.pk]})
+    assert response.status_code == 302
+    assert Job.objects.get(pk=job.pk).status == "cancelled"
+    assert "1 job(s) cancelled" in " ".join(str(m) for m in get_messages(response.wsgi_request))

@@ -66,7 +66,7 @@ def test_the_job_list_pages_backwards_by_id(user_client, user, cpu_pool, live_se
     assert second.context["next_before"] is None
 
 
-def test_the_status_fragment_renders_alone_for_polling(user_client, queued):
+def test_the_status_fragment_renders_alone_for_a_live_update(user_client, queued):
     response = user_client.get(f"/jobs/{queued.pk}?fragment=status", HTTP_HX_REQUEST="true")
     assert response.status_code == 200
     assert b'id="job-status"' in response.content and b"<html" not in response.content

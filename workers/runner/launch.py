@@ -35,12 +35,13 @@ import re
 import sys
 from pathlib import Path
 
-from workers.runner.config import JobSpec, SpecError
+from workers.runner.config import JobSpec
+from workers.runner.errors import SpecError
 
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 RANK_LINE = re.compile(r"^\[rank(\d+)\]:\s?")
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SCRIPT_ENTRY = REPO_ROOT / "workers" / "runner" / "script_entry.py"
+REPO_ROOT = Path(__file__).resolve().parents[2]  # workers/runner/launch.py -> the checkout (PYTHONPATH)
+SCRIPT_ENTRY = Path(__file__).resolve().parent / "script_entry.py"
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
@@ -50,7 +51,7 @@ def argv(spec: JobSpec, config_path: str | Path, run_dir: str | Path, *, nnodes:
     """The command for one node of ``spec``. Raises ``SpecError`` for a bad script entry."""
     python = python or sys.executable
     run_dir = str(Path(run_dir).resolve())
-    if spec.mode == "script":
+    if spec.workload == "script":
         if workspace_dir is None:
             raise SpecError({"script.workspace": "no directory registered for this workspace; ask an administrator"})
         target = resolve_entry(workspace_dir, spec.script.entry)
@@ -82,7 +83,7 @@ def env(spec: JobSpec, run_dir: str | Path | None = None, *, workspace_dir: str 
     """The complete environment for the launched command (``base`` defaults to ``os.environ``)."""
     out = dict(os.environ if base is None else base)
     paths = [str(REPO_ROOT)]
-    if spec.mode == "script" and workspace_dir is not None:
+    if spec.workload == "script" and workspace_dir is not None:
         paths.insert(0, str(Path(workspace_dir).resolve()))
         out["TRAINHUB_WORKSPACE_DIR"] = paths[0]
     if out.get("PYTHONPATH"):
@@ -105,7 +106,7 @@ def env(spec: JobSpec, run_dir: str | Path | None = None, *, workspace_dir: str 
 
 def cwd(spec: JobSpec, run_dir: str | Path, workspace_dir: str | Path | None = None) -> str:
     """Working directory: the workspace for script mode (relative paths in the team's code), else the run dir."""
-    if spec.mode == "script" and workspace_dir is not None:
+    if spec.workload == "script" and workspace_dir is not None:
         return str(Path(workspace_dir).resolve())
     return str(Path(run_dir).resolve())
 
@@ -140,7 +141,7 @@ def resolve_entry(workspace_dir: str | Path, entry: str) -> Path | str:
 
 
 def _multi_process(spec: JobSpec) -> bool:
-    if spec.mode == "script":
+    if spec.workload == "script":
         return _script_launcher(spec) != "python"
     return spec.world_size > 1 or spec.strategy_name != "single"
 

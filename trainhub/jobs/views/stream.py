@@ -7,6 +7,11 @@ hold (older than its window, or lost with a Redis restart) comes from the databa
 The sequence sent is gap-free and duplicate-free: a line is sent only when it is exactly
 the next seq, and a jump forward is filled from the database first. When the job is
 final and every stored line has been sent, an ``end`` event closes the stream.
+
+``?channel=page`` is the job page's one live channel: the same stream also carries named
+events ``status``, ``progress``, ``history``, ``metrics`` and ``files`` (see ``live.py``),
+a snapshot of each on every (re)connect and then each change; ``?lines=0`` leaves the
+lines out (a paused log). Other clients (the CLI, the API's followers) get lines only.
 """
 from __future__ import annotations
 
@@ -20,12 +25,12 @@ import redis
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 
 from trainhub.jobs import ansi, logs, retention
 from trainhub.jobs.models import FINAL, Job
-from trainhub.jobs.services import jobs_visible_to
+from trainhub.jobs.views import int_param, job_for_user, live
 
 log = logging.getLogger(__name__)
 BLOCK_MS = 1000
@@ -35,20 +40,6 @@ FRAME_CACHE = 20_000
 HUB_LINES = 20_000  # recent lines a job's hub keeps for viewers that are a little behind
 #: rendered SSE frames of recent lines, oldest first (one event loop: no lock needed)
 _FRAMES: dict[tuple[int, int], str] = {}
-
-
-def _int(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _visible_job(user, job_id: int) -> Job:
-    job = jobs_visible_to(user).filter(pk=job_id).first()
-    if job is None:
-        raise Http404("no such job")
-    return job
 
 
 def _status(job_id: int) -> str:
@@ -71,6 +62,8 @@ class Hub:
         self.live = False  # the Redis Stream is being read
         self.epoch = 0
         self.viewers = 0
+        self.page_viewers = 0  # viewers of the job page's sections: only then is ``page`` read
+        self.page = live.PageWatch(job_id)
         self.changed = asyncio.Event()
         self.task: asyncio.Task | None = None
 
@@ -87,7 +80,12 @@ class Hub:
         client, redis_id = None, None
         try:
             while self.viewers > 0:
-                self.status = await sync_to_async(_status, thread_sensitive=False)(self.job_id)
+                if self.page_viewers > 0:
+                    await sync_to_async(self.page.refresh, thread_sensitive=False)()
+                    self.status = self.page.status
+                else:
+                    self.page.read = False  # nobody watches the sections: what it holds goes stale
+                    self.status = await sync_to_async(_status, thread_sensitive=False)(self.job_id)
                 if self.status in FINAL:
                     self.notify()
                     return
@@ -148,14 +146,20 @@ class Hub:
 _HUBS: dict[int, Hub] = {}
 
 
-def _acquire(job_id: int) -> Hub:
+def _acquire(job_id: int, page: bool) -> Hub:
     hub = _HUBS.get(job_id)
     if hub is None or hub.task is None or hub.task.done():
         hub = _HUBS[job_id] = Hub(job_id)
     hub.viewers += 1
+    hub.page_viewers += page
     if hub.task is None:
         hub.task = asyncio.get_running_loop().create_task(hub.run())
     return hub
+
+
+def _release(hub: Hub, page: bool) -> None:
+    hub.viewers -= 1
+    hub.page_viewers -= page
 
 
 async def _close(client):
@@ -168,14 +172,22 @@ async def _close(client):
 
 
 class Follower:
-    """Produces SSE frames for one client, starting after ``cursor``."""
+    """Produces SSE frames for one client, starting after ``cursor``.
 
-    def __init__(self, job_id: int, cursor: int, href: str, rank: int | None = None, stream: str | None = None):
+    ``lines=False`` sends no log lines (a paused log, or a window of old lines on screen);
+    ``page`` (a ``live.PageViewer``) adds the job page's sections to the stream.
+    """
+
+    def __init__(self, job_id: int, cursor: int, href: str, rank: int | None = None, stream: str | None = None,
+                 *, lines: bool = True, page: live.PageViewer | None = None):
         self.job_id = job_id
         self.cursor = cursor  # last seq sent (or skipped by a filter)
         self.href = href
         self.rank = rank
         self.stream = stream
+        self.lines = lines
+        self.page = page
+        self.seen_epoch = None  # the hub's epoch this client last filled from the database for
 
     def frame(self, line: logs.Line) -> str:
         self.cursor = line.seq
@@ -208,39 +220,48 @@ class Follower:
             out.append(self.frame(line))
         return [f for f in out if f], len(lines) == DB_BATCH
 
+    async def line_frames(self, hub: Hub, final: bool):
+        """The lines after the cursor: from the hub when it holds them, else the database first."""
+        recent = None if final or not hub.live or hub.epoch != self.seen_epoch else hub.after(self.cursor)
+        if recent is None:
+            epoch = hub.epoch
+            more = True
+            while more:
+                batch, more = await self.backfill(strict=not final)
+                if batch:
+                    yield "".join(batch)
+            self.seen_epoch = epoch if hub.live else None
+            recent = [] if final or not hub.live else (hub.after(self.cursor) or [])
+        frames = [f for f in (self.frame(l) for l in recent if l.seq == self.cursor + 1) if f]
+        if frames:
+            yield "".join(frames)
+
     async def events(self):
         yield "retry: 1000\n\n"
-        hub = _acquire(self.job_id)
-        seen_epoch = None  # the hub's epoch this client last filled from the database for
+        page = self.page is not None
+        hub = _acquire(self.job_id, page)
         last_write = time.monotonic()
         try:
             while True:
                 changed = hub.changed
                 if hub.task.done() and hub.status not in FINAL:  # the hub stopped (last viewer left, error)
-                    hub.viewers -= 1
+                    _release(hub, page)
                     await asyncio.sleep(0.05)
-                    hub = _acquire(self.job_id)
+                    hub = _acquire(self.job_id, page)
                     continue
-                if hub.status is None:
+                if hub.status is None or (page and not hub.page.read):
                     await _wait(changed, 2)
                     continue
                 final = hub.status in FINAL
-                frames: list[str] = []
-                recent = None if final or not hub.live or hub.epoch != seen_epoch else hub.after(self.cursor)
-                if recent is None:
-                    epoch = hub.epoch
-                    more = True
-                    while more:
-                        batch, more = await self.backfill(strict=not final)
-                        if batch:
-                            yield "".join(batch)
-                            last_write = time.monotonic()
-                    seen_epoch = epoch if hub.live else None
-                    recent = [] if final or not hub.live else (hub.after(self.cursor) or [])
-                frames = [f for f in (self.frame(l) for l in recent if l.seq == self.cursor + 1) if f]
-                if frames:
-                    yield "".join(frames)
-                    last_write = time.monotonic()
+                if self.lines:
+                    async for chunk in self.line_frames(hub, final):
+                        yield chunk
+                        last_write = time.monotonic()
+                if page:
+                    sections = await self.page.events(hub.page)
+                    if sections:
+                        yield sections
+                        last_write = time.monotonic()
                 if final:
                     # The final status is written after the last lines were stored: all are sent.
                     yield f"event: end\ndata: {json.dumps({'status': hub.status, 'last_seq': self.cursor})}\n\n"
@@ -251,7 +272,7 @@ class Follower:
                     yield ": keepalive\n\n"
                     last_write = time.monotonic()
         finally:
-            hub.viewers -= 1
+            _release(hub, page)
 
 
 async def _wait(event: asyncio.Event, timeout: float) -> None:
@@ -264,20 +285,21 @@ async def _wait(event: asyncio.Event, timeout: float) -> None:
 
 def _filters(request: HttpRequest) -> tuple[int | None, str | None]:
     stream = request.GET.get("stream") or None
-    return _int(request.GET.get("rank") or None), stream if stream in ("o", "e", "s") else None
+    return int_param(request.GET.get("rank") or None), stream if stream in ("o", "e", "s") else None
 
 
 async def job_log_stream(request: HttpRequest, job_id: int) -> HttpResponse:
     user = await request.auser()
     if not user.is_authenticated:
         return HttpResponse("log in to follow this log\n", status=403, content_type="text/plain")
-    job = await sync_to_async(_visible_job)(user, job_id)
-    cursor = _int(request.headers.get("Last-Event-ID"))
+    job = await sync_to_async(job_for_user)(user, job_id)
+    cursor = int_param(request.headers.get("Last-Event-ID"))
     if cursor is None:
-        cursor = _int(request.GET.get("after"))
+        cursor = int_param(request.GET.get("after"))
     rank, stream = _filters(request)
+    page = live.PageViewer(request, job.pk) if request.GET.get("channel") == "page" else None
     follower = Follower(job.pk, -1 if cursor is None else max(cursor, -1), reverse("job_detail", args=[job.pk]),
-                        rank, stream)
+                        rank, stream, lines=request.GET.get("lines") != "0", page=page)
     response = StreamingHttpResponse(follower.events(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream

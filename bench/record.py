@@ -1,0 +1,46 @@
+"""Every benchmark writes its raw result here: ``bench/results/<name>-<UTC time>.json`` with the command,
+the machine, the date, the versions that matter and the raw samples, so a figure in docs/ can be traced
+to the run that produced it (docs/BENCHMARKS.md and docs/RELIABILITY.md link these files)."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PACKAGES = ("Django", "celery", "redis", "psycopg", "torch", "deepspeed", "uvicorn")
+
+
+def machine() -> dict:
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+    return {"host": platform.node(), "cpus": os.cpu_count(), "memory_gib": round(mem / 2**30, 1),
+            "platform": platform.platform(), "python": platform.python_version(),
+            "load_at_end": list(os.getloadavg())}
+
+
+def versions() -> dict:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def write(name: str, result: dict, *, database: str = "") -> Path:
+    """Write ``result`` (summary figures and raw samples) with its provenance; returns the file's path."""
+    now = datetime.now(timezone.utc)
+    record = {"bench": name, "date": now.isoformat(timespec="seconds"),
+              "command": " ".join(shlex.quote(a) for a in [".venv/bin/python", *sys.argv]),
+              "machine": machine(), "versions": versions(), "database": database or "sqlite", "result": result}
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}-{now.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    print(f"raw result: {path.relative_to(RESULTS.parent.parent)}", file=sys.stderr)
+    return path

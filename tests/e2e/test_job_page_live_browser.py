@@ -1,0 +1,126 @@
+"""Headless Chromium on a running job's page: one live connection and no polling, yet status,
+progress, charts and files follow the job; after a cut connection the page shows the truth."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.asgi_server import AsgiServer, server_env, session_cookie
+from tests.conftest import database_url, free_port
+from trainhub.jobs import runfiles
+from trainhub.jobs import logs
+from trainhub.jobs.models import Job
+
+CHROMIUM = Path("/usr/bin/chromium")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium: apt-get install -y chromium chromium-driver"),
+]
+
+
+@pytest.fixture
+def env(live_settings, transactional_db):
+    return {**server_env(database_url(), live_settings.REDIS_URL),
+            "TRAINHUB_RUNS_DIR": str(live_settings.TRAINHUB_RUNS_DIR)}
+
+
+@pytest.fixture
+def web(env, tmp_path):
+    server = AsgiServer(free_port(), env, tmp_path / "uvicorn.log").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def job(user, cpu_pool):
+    job = Job.objects.create(owner=user, name="live-page", mode="centralized", spec={}, pool=cpu_pool)
+    job.transition("running", reason="claimed by test-worker")
+    logs.record_progress(job.pk, 1, 100)
+    logs.append_lines(job.pk, [logs.Line(i, 0, "o", f"warming up {i}") for i in range(3)])
+    return job
+
+
+@pytest.fixture
+def page(web, user_client, monkeypatch):
+    from playwright.sync_api import sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop here
+    cookie = session_cookie(user_client)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM),
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            context = browser.new_context()
+            context.add_cookies([{"name": k, "value": v, "url": web.url} for k, v in cookie.items()])
+            page = context.new_page()
+            page.set_default_timeout(15_000)
+            yield page
+        finally:
+            browser.close()
+
+
+def step(job, n: int, loss: float) -> None:
+    logs.record_metrics(job.pk, n, {"loss": loss})
+    logs.record_progress(job.pk, n, 100)
+    logs.append_lines(job.pk, [logs.Line(logs.next_seq(job.pk), 0, "o", f"step {n} loss {loss}")])
+
+
+def test_one_stream_and_no_polling_carry_status_progress_charts_and_files(web, job, page):
+    from playwright.sync_api import expect
+
+    requests: list[tuple[float, str]] = []
+    page.on("request", lambda r: requests.append((time.monotonic(), r.url)))
+    page.goto(f"{web.url}/jobs/{job.pk}")
+    expect(page.locator("#log-state")).to_have_text("live")
+    expect(page.locator("#job-status .status")).to_have_text("running")
+    page.wait_for_load_state("load")
+    time.sleep(1)  # the page's own assets are in ("networkidle" never comes: the stream stays open)
+    start = time.monotonic()
+    for n in range(10):  # ten seconds of a job that prints, steps and writes a file
+        step(job, 10 * (n + 1), 1.0 / (n + 1))
+        if n == 5:
+            path = rundir.run_dir(job.pk) / "final-model.pt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"weights")
+        time.sleep(1)
+    during = [url for at, url in requests if at >= start]
+    assert during == [], f"the page made requests while the job ran: {during}"
+    streams = [url for _, url in requests if "/logs/stream" in url]
+    assert len(streams) == 1 and "channel=page" in streams[0]
+    assert not [url for _, url in requests if "fragment=" in url or "metrics.json" in url or "/lines" in url]
+    expect(page.locator("#job-eta")).to_contain_text("step 100/100")
+    expect(page.locator("#job-status .job-steps")).to_have_text("step 100/100")
+    expect(page.locator("#charts figure.chart[data-series=loss]")).to_have_count(1)
+    expect(page.locator("#job-files")).to_contain_text("final-model.pt")
+    expect(page.locator("#log .line").last).to_contain_text("step 100 loss 0.1")
+    job.transition("succeeded", reason="exit code 0")
+    expect(page.locator("#job-status .status")).to_have_text("succeeded")
+    expect(page.locator("#job-history")).to_contain_text("exit code 0")
+    expect(page.locator("#log-state")).to_contain_text("end of log")
+    assert page.locator("#job-status button.danger").count() == 0  # no Cancel on a finished job
+    ended = time.monotonic()
+    time.sleep(3)
+    assert [url for at, url in requests if at >= ended] == []  # the page stopped listening
+
+
+def test_after_a_cut_connection_the_page_shows_the_true_final_status(env, web, job, page, tmp_path):
+    from playwright.sync_api import expect
+
+    page.goto(f"{web.url}/jobs/{job.pk}")
+    expect(page.locator("#log-state")).to_have_text("live")
+    web.stop()  # the stream is cut; what happens next the page cannot hear
+    step(job, 60, 0.2)
+    job.transition("failed", reason="exit code 3: CUDA out of memory", exit_code=3)
+    expect(page.locator("#job-status .status")).to_have_text("running")  # nothing told it yet
+    restarted = AsgiServer(web.port, env, tmp_path / "uvicorn-2.log").start()
+    try:
+        expect(page.locator("#job-status .status")).to_have_text("failed", timeout=30_000)
+        expect(page.locator("#job-history")).to_contain_text("CUDA out of memory")
+        expect(page.locator("#job-eta")).to_contain_text("step 60/100")
+        expect(page.locator("#charts figure.chart[data-series=loss]")).to_have_count(1)
+        expect(page.locator("#log-state")).to_contain_text("job failed · end of log")
+    finally:
+        restarted.stop()

@@ -1,0 +1,10 @@
+"""Events of the job status machine, for whatever must follow them (notifications, accounting).
+
+``job_finished`` is sent once per final status (succeeded, failed, cancelled), after the
+transaction that made it commits, with ``job`` (the instance that made the transition).
+Receivers subscribe in their ``AppConfig.ready()``; no caller of ``Job.transition`` has to
+remember them.
+"""
+from django.dispatch import Signal
+
+job_finished = Signal()
