@@ -8,7 +8,7 @@ guarded process group (``workers.backends.local``, the same as on a TrainHub wor
 forwards every line to the worker through Redis (``workers.gang_logs``, as a gang's other nodes
 do), so compute nodes need no filesystem shared with the web host for the log. A complete copy
 stays in ``<run dir>/logs/node<R>.out``. SIGTERM (``scancel --signal=TERM``) asks the job to
-stop (the runner checkpoints); the group is killed after ``TRAINHUB_KILL_GRACE_SECONDS``.
+stop (the runner checkpoints); the group is killed after ``TRAINHUB_GRACE_SECONDS``.
 
 The Redis address comes in ``TRAINHUB_SLURM_REDIS_URL`` and is taken out of the job's
 environment with the other secrets, so training code never sees it.
@@ -73,7 +73,7 @@ def main(args: list[str]) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     handle = LocalBackend().start(RunRequest(argv=argv, env=env, cwd=os.getcwd(), run_dir=log_dir.parent,
                                              job_id=opts.job, attempt=0, node_rank=node))
-    grace = float(os.environ.get("TRAINHUB_KILL_GRACE_SECONDS", "20"))
+    grace = float(os.environ.get("TRAINHUB_GRACE_SECONDS", "15"))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

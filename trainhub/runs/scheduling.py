@@ -111,7 +111,7 @@ def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") 
                   .only("id", "attempt", "spec", "mode", "owner_id", "priority", "lease_token")[:CANDIDATES])
         joined = set(GangMember.objects.filter(worker=worker, done=False).values_list("job_id", flat=True))
         for job in queued:
-            nodes, gpus = needs(job)
+            nodes, gpus = needs(job) if pool.backend == "local" else (1, 0)  # Slurm places and allocates
             if gpus > len(free) or job.owner_id in at_limit or job.pk in joined:
                 continue
             if nodes > 1:
