@@ -91,6 +91,7 @@ class SlurmHandle:
         self.checked = 0.0
         self.cancelled = False  # by TrainHub (so CANCELLED is ours, not an operator's)
         self.kill_at: float | None = None
+        self._nodes = ("", "")  # Slurm's node list and its expansion, for describe()
         self._out: queue.Queue = queue.Queue()
         self.receiver = gang_logs.Receiver(run.job_id, opts.lease_token, opts.nodes)
         self.receiver.nodes = set(range(opts.nodes))  # every node, node 0 included, sends through Redis
@@ -171,8 +172,14 @@ class SlurmHandle:
         self.receiver.forget()
 
     def describe(self) -> str:
+        """``slurm job 12 on n1,n2`` once allocated, else ``slurm job 12 (pending)``."""
         nodes = self.refresh().nodes
-        return f"slurm job {self.job_id}" + (f" on {nodes}" if nodes else " (pending)")
+        if nodes and self._nodes[0] != nodes:
+            try:
+                self._nodes = (nodes, ",".join(slurm_cli.hostnames(nodes, self.env)))
+            except slurm_cli.SlurmError:
+                self._nodes = (nodes, nodes)  # Slurm's compressed form (n[1-2]) says it as well
+        return f"slurm job {self.job_id}" + (f" on {self._nodes[1]}" if nodes else " (pending)")
 
 
 class SlurmBackend:
