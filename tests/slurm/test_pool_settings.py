@@ -52,5 +52,5 @@ def test_sbatch_gets_the_pools_partition_account_qos_and_the_jobs_resources():
     argv = sbatch_argv(run, opts, "/tmp/run/slurm-1.sh")
     assert argv[:2] == ["sbatch", "--parsable"] and argv[-1] == "/tmp/run/slurm-1.sh"
     for word in ("--job-name=my_job__rm_-rf__", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=4", "--time=30",
-                 "--signal=TERM@25", "--gpus-per-node=2", "--partition=debug", "--account=proj-a", "--qos=high"):
+                 "--signal=TERM@25", "--no-requeue", "--gpus-per-node=2", "--partition=debug", "--account=proj-a", "--qos=high"):
         assert word in argv

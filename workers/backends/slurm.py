@@ -55,7 +55,10 @@ def sbatch_argv(run: RunRequest, opts: SlurmOptions, script: str) -> list[str]:
             "--ntasks-per-node=1", f"--cpus-per-task={opts.procs_per_node}", f"--time={max(1, opts.time_minutes)}",
             f"--chdir={run.cwd}", f"--output={run.run_dir}/slurm-%j.out",
             # Slurm's own warning before the time limit: the runner checkpoints on SIGTERM
-            f"--signal=TERM@{int(opts.grace_seconds) + 10}", "--export=ALL"]
+            f"--signal=TERM@{int(opts.grace_seconds) + 10}", "--export=ALL",
+            # TrainHub retries (a new attempt, a new log stream); a run Slurm requeued itself would
+            # send its lines again from index 0 on the same stream, where they look like resends
+            "--no-requeue"]
     if opts.gpus_per_node:
         argv.append(f"--gpus-per-node={opts.gpus_per_node}")
     for flag, value in (("partition", opts.partition), ("account", opts.account), ("qos", opts.qos)):
