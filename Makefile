@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-postgres test-fast bench browsers clean
+.PHONY: run test test-postgres test-fast bench browsers system-packages clean
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required (set PYTHON=/path/to/python3.11)"; exit 1; }
@@ -24,14 +24,22 @@ $(DEV_STAMP): requirements-dev.txt $(STAMP)
 run: $(STAMP)
 	$(PY) manage.py up
 
-browsers:
-	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
-		if [ "$$CI" = true ]; then echo "CI=true: chromium could not be installed (apt-get install chromium chromium-driver); the browser tests are required"; exit 1; \
-		else echo "== chromium could not be installed: browser tests will be SKIPPED"; fi
+# What the tests need from the system: Chromium (browser tests), bubblewrap (the job sandbox),
+# Slurm and munge (a real two-node cluster for the Slurm backend's tests, tests/slurm_cluster.py).
+SYSTEM_PACKAGES := chromium chromium-driver bubblewrap slurm-wlm munge
+SYSTEM_COMMANDS := chromium bwrap sbatch slurmctld slurmd munged
+
+system-packages:
+	@( for c in $(SYSTEM_COMMANDS); do command -v $$c >/dev/null || exit 1; done ) || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; } || \
+		if [ "$$CI" = true ]; then echo "CI=true: system packages could not be installed (apt-get install $(SYSTEM_PACKAGES)); the browser, sandbox and Slurm tests are required"; exit 1; \
+		else echo "== $(SYSTEM_PACKAGES) could not be installed: browser, sandbox and Slurm tests will be SKIPPED"; fi
+
+browsers: system-packages
 
 TEST_PG ?= $(or $(TRAINHUB_TEST_POSTGRES_URL),postgres://postgres@127.0.0.1:5432/test)
 
-test: $(DEV_STAMP) browsers
+test: $(DEV_STAMP) system-packages
 	$(PY) -m pytest
 	$(MAKE) --no-print-directory test-postgres
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 from trainhub.runs.lifecycle import DB_ERRORS, Outcome, job_renew
 from trainhub.jobs import rundir
@@ -255,5 +256,10 @@ def describe_exit(code: int) -> str:
 
 def execute(job: Job, env_extra: dict[str, str] | None = None, launch_kwargs: dict | None = None) -> Outcome:
     """Run one attempt; ``env_extra`` is added to the launched command's environment and
-    ``launch_kwargs`` (a multi-node job's node) to ``launch.argv``."""
-    return Execution(job, env_extra, launch_kwargs).run()
+    ``launch_kwargs`` (a multi-node job's node) to ``launch.argv``. The pool's backend picks
+    the supervision: ``EXECUTIONS``."""
+    return import_string(EXECUTIONS[job.pool.backend])(job, env_extra, launch_kwargs).run()
+
+
+#: a pool's backend → its Execution (dotted paths: slurm_execution builds on this module)
+EXECUTIONS = {"local": "workers.executor.Execution", "slurm": "workers.slurm_execution.SlurmExecution"}

@@ -43,9 +43,9 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
     if not _exempt(owner):
         _check_limits(spec, pool, owner)
     gpus = spec.resources.gpus_per_node
-    if gpus and pool.kind != WorkerPool.Kind.GPU:
+    if gpus and not pool.has_gpus:
         raise SpecError({"resources.gpus_per_node": f"pool {pool.name!r} has no GPUs; set 0 or choose a GPU pool"})
-    if gpus:
+    if gpus and pool.backend == "local":  # a Slurm pool's partition refuses what it cannot give
         most = pool_gpu_capacity(pool)
         if most is not None and gpus > most:
             raise SpecError({"resources.gpus_per_node": f"no worker of pool {pool.name!r} has {gpus} GPUs "

@@ -7,6 +7,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from trainhub.pools import slurm
 from workers.runner.modes import MODES  # the spec model's table of modes
 
 _queue_name = RegexValidator(r"^[A-Za-z0-9_.-]+$", "letters, digits, '.', '_' and '-' only")
@@ -19,6 +20,7 @@ class WorkerPool(models.Model):
     class Kind(models.TextChoices):
         CPU = "cpu", "CPU"
         GPU = "gpu", "GPU"
+        SLURM = "slurm", "Slurm (jobs run as sbatch jobs of a cluster)"
 
     class State(models.TextChoices):
         ENABLED = "enabled", "enabled: takes and runs jobs"
@@ -26,7 +28,7 @@ class WorkerPool(models.Model):
         DISABLED = "disabled", "disabled: submissions refused, queued jobs wait"
 
     name = models.CharField(max_length=100, unique=True, validators=[_queue_name])
-    kind = models.CharField(max_length=3, choices=Kind.choices, default=Kind.CPU)
+    kind = models.CharField(max_length=5, choices=Kind.choices, default=Kind.CPU)
     queue = models.CharField(max_length=100, unique=True, validators=[_queue_name],
                              help_text="Celery queue its workers consume")
     state = models.CharField(max_length=8, choices=State.choices, default=State.ENABLED)
@@ -61,6 +63,19 @@ class WorkerPool(models.Model):
     log_retention_lines = models.PositiveIntegerField(
         default=0, help_text="log lines kept per finished job (the first and the newest; a marker "
                              "where the middle was cut); 0 = keep all (TRAINHUB_LOG_RETENTION also cuts during the run)")
+    # A Slurm pool's jobs (kind slurm): see docs/POOLS.md, "Slurm pools"
+    partition = models.CharField(max_length=100, blank=True, validators=[_queue_name],
+                                 help_text="Slurm partition (sbatch --partition); empty = the cluster's default")
+    account = models.CharField(max_length=100, blank=True, validators=[_queue_name],
+                               help_text="Slurm account (--account) for users the mapping does not name; "
+                                         "empty = Slurm's default for the user")
+    qos = models.CharField(max_length=100, blank=True, validators=[_queue_name], verbose_name="QOS",
+                           help_text="Slurm quality of service (--qos); empty = none")
+    slurm_conf = models.CharField(max_length=500, blank=True, verbose_name="SLURM_CONF",
+                                  help_text="path of slurm.conf on the submit host; empty = Slurm's default")
+    slurm_accounts = models.TextField(blank=True, verbose_name="Slurm accounts",
+                                      help_text="user → account, one per line: `alice = proj-a` or "
+                                                "`@group = proj-b`; the first match wins, else the account above")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -87,6 +102,21 @@ class WorkerPool(models.Model):
             raise ValidationError({"default_timeout_minutes": "must not exceed the maximum timeout (or set it to 0)"})
         if 0 < self.log_retention_lines < LOG_RETENTION_MINIMUM:
             raise ValidationError({"log_retention_lines": f"keep at least {LOG_RETENTION_MINIMUM:,} lines (or 0 for all)"})
+        slurm.parse_accounts(self.slurm_accounts)
+        if self.slurm_conf and not self.slurm_conf.startswith("/"):
+            raise ValidationError({"slurm_conf": "give the absolute path of slurm.conf, e.g. /etc/slurm/slurm.conf"})
+
+    @property
+    def backend(self) -> str:
+        """The ``workers.backends`` name its jobs run through."""
+        return "slurm" if self.kind == self.Kind.SLURM else "local"
+
+    @property
+    def has_gpus(self) -> bool:
+        return self.kind in (self.Kind.GPU, self.Kind.SLURM)
+
+    def slurm_account_for(self, user) -> str:
+        return slurm.account_for(self.slurm_accounts, self.account, user)
 
     @property
     def mode_list(self) -> list[str]:

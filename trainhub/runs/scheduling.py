@@ -116,6 +116,8 @@ def _claim_fitting(pool: WorkerPool, worker: Worker, hostname: str, task_id: str
         if why:
             capped.add(why)
             continue
+        if pool.backend != "local":
+            nodes, gpus = 1, 0  # Slurm places the nodes and allocates the GPUs itself
         if gpus > len(free) or job.pk in joined:
             continue
         if nodes > 1:

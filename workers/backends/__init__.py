@@ -32,14 +32,15 @@ from __future__ import annotations
 
 from workers.backends.base import Backend, Handle, Output, RunRequest
 from workers.backends.local import LocalBackend
+from workers.backends.slurm import SlurmBackend
 
 __all__ = ["BACKENDS", "Backend", "Handle", "Output", "RunRequest", "get"]
 
-BACKENDS: dict[str, type[Backend]] = {"local": LocalBackend}
+BACKENDS: dict[str, type[Backend]] = {"local": LocalBackend, "slurm": SlurmBackend}
 
 
-def get(name: str) -> Backend:
-    try:
-        return BACKENDS[name]()
-    except KeyError:
-        raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(sorted(BACKENDS))}") from None
+def get(name: str, **options) -> Backend:
+    """The backend ``name``; ``options`` are its own (e.g. ``slurm``'s ``SlurmOptions``)."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(sorted(BACKENDS))}")
+    return BACKENDS[name](**options)

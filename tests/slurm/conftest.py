@@ -1,0 +1,30 @@
+"""The ``slurm_cluster`` fixture: one real two-node Slurm cluster for the session (tests/slurm_cluster.py)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.slurm_cluster import Cluster, missing
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster_handle(tmp_path_factory):
+    why = missing()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Slurm tests cannot run: {why}")
+        pytest.skip(f"Slurm tests skipped: {why}")
+    # a short path: slurmd's and munged's socket paths must fit in sun_path (108 bytes)
+    cluster = Cluster(tmp_path_factory.mktemp("slurm", numbered=True))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(slurm_cluster_handle) -> str:
+    """The running cluster's SLURM_CONF."""
+    return str(slurm_cluster_handle.conf)

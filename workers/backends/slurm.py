@@ -1,0 +1,193 @@
+"""The ``slurm`` backend: a job's attempt is one Slurm batch job, whatever its number of nodes.
+
+``start`` writes ``<run dir>/slurm-<attempt>.sh`` — one ``srun`` line starting
+``workers.slurm_node`` once per node, every word ``shlex.quote``d from an argv list — and
+submits it with ``sbatch --parsable`` (``--nodes``, ``--ntasks-per-node=1``, ``--gpus-per-node``,
+``--time``, ``--job-name``, ``--signal``, partition/account/QoS of the pool as argv words).
+The nodes send their lines through Redis (``workers.gang_logs``); this handle receives them.
+``poll`` asks ``scontrol``/``sacct`` at most every ``POLL_SECONDS``; ``cancel`` is
+``scancel --signal=TERM`` (to the launchers) then, after the grace, ``scancel``.
+"""
+from __future__ import annotations
+
+import queue
+import re
+import shlex
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from workers import slurm_cli
+from workers.backends.base import Output, RunRequest
+from workers.slurm_node import REDIS_VAR
+
+POLL_SECONDS = 1.0
+#: exit code of a job Slurm ended without one of its own (cancelled, timed out, node failure)
+KILLED = -15
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What Slurm needs beyond the argv: the pool's defaults and the job's resources."""
+
+    slurm_conf: str = ""
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    nodes: int = 1
+    procs_per_node: int = 1
+    gpus_per_node: int = 0
+    time_minutes: int = 120
+    job_name: str = "trainhub"
+    lease_token: int = 0
+    grace_seconds: float = 20.0
+    redis_url: str = field(default="", repr=False)
+
+
+def safe_name(name: str) -> str:
+    """A Slurm job name from any string: letters, digits, ``._-`` only, at most 64 characters."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64] or "trainhub"
+
+
+def sbatch_argv(run: RunRequest, opts: SlurmOptions, script: str) -> list[str]:
+    argv = ["sbatch", "--parsable", f"--job-name={safe_name(opts.job_name)}", f"--nodes={opts.nodes}",
+            "--ntasks-per-node=1", f"--cpus-per-task={opts.procs_per_node}", f"--time={max(1, opts.time_minutes)}",
+            f"--chdir={run.cwd}", f"--output={run.run_dir}/slurm-%j.out",
+            # Slurm's own warning before the time limit: the runner checkpoints on SIGTERM
+            f"--signal=TERM@{int(opts.grace_seconds) + 10}", "--export=ALL",
+            # TrainHub retries (a new attempt, a new log stream); a run Slurm requeued itself would
+            # send its lines again from index 0 on the same stream, where they look like resends
+            "--no-requeue"]
+    if opts.gpus_per_node:
+        argv.append(f"--gpus-per-node={opts.gpus_per_node}")
+    for flag, value in (("partition", opts.partition), ("account", opts.account), ("qos", opts.qos)):
+        if value:
+            argv.append(f"--{flag}={value}")
+    return argv + [script]
+
+
+def batch_script(run: RunRequest, opts: SlurmOptions) -> str:
+    """The batch script: a comment and one srun line; every word quoted (nothing the user wrote
+    is ever read by the shell as code)."""
+    node = [sys.executable, "-m", "workers.slurm_node", "--job", str(run.job_id), "--token", str(opts.lease_token),
+            "--procs-per-node", str(opts.procs_per_node), "--log-dir", str(run.run_dir / "logs"), "--", *run.argv]
+    srun = ["srun", "--ntasks-per-node=1", f"--nodes={opts.nodes}", "--kill-on-bad-exit=1", "--unbuffered", *node]
+    return ("#!/bin/bash\n"
+            f"# TrainHub job {run.job_id}, attempt {run.attempt}: one workers.slurm_node per node\n"
+            f"exec {' '.join(shlex.quote(word) for word in srun)}\n")
+
+
+class SlurmHandle:
+    def __init__(self, run: RunRequest, opts: SlurmOptions):
+        from workers import gang_logs  # the worker side: Django is set up
+
+        self.opts = opts
+        self.env = {**run.env, REDIS_VAR: opts.redis_url}
+        if opts.slurm_conf:
+            self.env["SLURM_CONF"] = opts.slurm_conf
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        script = run.run_dir / f"slurm-{run.attempt}.sh"
+        script.write_text(batch_script(run, opts), encoding="utf-8")
+        self.job_id = slurm_cli.run(sbatch_argv(run, opts, str(script)), self.env).strip().split(";")[0]
+        self.state: slurm_cli.SlurmState = slurm_cli.SlurmState("PENDING")
+        self.checked = 0.0
+        self.cancelled = False  # by TrainHub (so CANCELLED is ours, not an operator's)
+        self.kill_at: float | None = None
+        self._nodes = ("", "")  # Slurm's node list and its expansion, for describe()
+        self._out: queue.Queue = queue.Queue()
+        self.receiver = gang_logs.Receiver(run.job_id, opts.lease_token, opts.nodes)
+        self.receiver.nodes = set(range(opts.nodes))  # every node, node 0 included, sends through Redis
+        self.receiver.next_index = {n: 0 for n in self.receiver.nodes}
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        while not self.receiver.done and not self._closing.is_set():
+            for item in self.receiver.poll(200):
+                self._out.put(item)
+
+    def refresh(self, force: bool = False) -> slurm_cli.SlurmState:
+        """Slurm's view of the job, asked at most every POLL_SECONDS (a controller error keeps the last)."""
+        now = time.monotonic()
+        if force or now - self.checked >= POLL_SECONDS:
+            self.checked = now
+            try:
+                self.state = slurm_cli.job_state(self.job_id, self.env) or self.state
+            except slurm_cli.SlurmError:
+                pass  # asked again next time; the lease, not this, decides about a lost job
+        return self.state
+
+    def poll(self) -> int | None:
+        if self.kill_at is not None and time.monotonic() >= self.kill_at:
+            self.kill_at = None
+            self._scancel()
+        state = self.refresh()
+        if not state.final:
+            return None
+        if state.exit_code is not None and state.state in ("COMPLETED", "FAILED"):
+            return state.exit_code if state.exit_code or state.state == "COMPLETED" else 1
+        return KILLED
+
+    def cancel(self, grace: float) -> None:
+        if self.cancelled:
+            return
+        self.cancelled = True
+        if self.refresh(force=True).pending:  # nothing runs yet: no checkpoint to wait for
+            self._scancel()
+            return
+        self.kill_at = time.monotonic() + grace
+        # The job steps only, not the batch step (--full): srun there would take SIGTERM as
+        # "terminate the step now" and kill every launcher before the runner could checkpoint.
+        self._scancel("--signal=TERM")
+
+    def _scancel(self, *flags: str) -> None:
+        try:
+            slurm_cli.run(["scancel", *flags, self.job_id], self.env)
+        except slurm_cli.SlurmError:
+            pass  # already ended
+
+    def pending_reason(self) -> str:
+        """Slurm's reason while the job waits (Priority, Resources …), else ""."""
+        state = self.refresh()
+        return state.reason if state.pending and state.reason not in ("", "None") else ""
+
+    def reason(self) -> str:
+        """Why the job ended, for its page: ours ("cancelled") or Slurm's."""
+        if self.cancelled:  # after scancel --signal=TERM the job may end as FAILED, or CANCELLED
+            return "cancelled"
+        return self.state.describe()
+
+    def lines(self) -> Output:
+        out = []
+        while True:
+            try:
+                out.append(self._out.get_nowait())
+            except queue.Empty:
+                return out
+
+    def close(self, timeout: float) -> None:
+        if not self.refresh(force=True).final:
+            self._scancel()
+        self._thread.join(timeout)
+        self._closing.set()
+        self.receiver.forget()
+
+    def describe(self) -> str:
+        """``slurm job 12 on n1,n2`` once allocated, else ``slurm job 12 (pending)``."""
+        nodes = self.refresh().nodes
+        if nodes and self._nodes[0] != nodes:
+            try:
+                self._nodes = (nodes, ",".join(slurm_cli.hostnames(nodes, self.env)))
+            except slurm_cli.SlurmError:
+                self._nodes = (nodes, nodes)  # Slurm's compressed form (n[1-2]) says it as well
+        return f"slurm job {self.job_id}" + (f" on {self._nodes[1]}" if nodes else " (pending)")
+
+
+class SlurmBackend:
+    def __init__(self, options: SlurmOptions | None = None):
+        self.options = options or SlurmOptions()
+
+    def start(self, run: RunRequest) -> SlurmHandle:
+        return SlurmHandle(run, self.options)
