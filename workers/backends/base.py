@@ -1,11 +1,22 @@
 """The backend interface; documented in ``workers.backends``."""
 from __future__ import annotations
 
+import queue
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 Output = list[tuple[str, list[tuple[int, str]]]]
+
+
+def drain(items: queue.Queue) -> Output:
+    """Everything queued so far, without waiting: what ``Handle.lines()`` returns."""
+    out = []
+    while True:
+        try:
+            out.append(items.get_nowait())
+        except queue.Empty:
+            return out
 
 
 @dataclass(frozen=True)

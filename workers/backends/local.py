@@ -8,7 +8,7 @@ import threading
 import time
 
 from workers import process
-from workers.backends.base import Output, RunRequest
+from workers.backends.base import Output, RunRequest, drain
 
 
 class LocalHandle:
@@ -24,12 +24,7 @@ class LocalHandle:
         self.process.terminate(grace)
 
     def lines(self) -> Output:
-        out = []
-        while True:
-            try:
-                out.append(self._out.get_nowait())
-            except queue.Empty:
-                return out
+        return drain(self._out)
 
     def close(self, timeout: float) -> None:
         self.process.kill()

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from workers import slurm_cli
-from workers.backends.base import Output, RunRequest
+from workers.backends.base import Output, RunRequest, drain
 from workers.slurm_node import REDIS_VAR
 
 POLL_SECONDS = 1.0
@@ -160,12 +160,7 @@ class SlurmHandle:
         return self.state.describe()
 
     def lines(self) -> Output:
-        out = []
-        while True:
-            try:
-                out.append(self._out.get_nowait())
-            except queue.Empty:
-                return out
+        return drain(self._out)
 
     def close(self, timeout: float) -> None:
         if not self.refresh(force=True).final:
