@@ -48,8 +48,9 @@ class GuardedProcess:
     SIGKILL once the grace period has passed, so the caller keeps handling output meanwhile.
     """
 
-    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: str | Path):
-        guarded = [sys.executable, "-m", "workers.guard", str(os.getpid()), "--", *argv]
+    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: str | Path, sandboxed: bool = False):
+        flags = ["--sandboxed"] if sandboxed else []  # bwrap reports a signal as 128 + N
+        guarded = [sys.executable, "-m", "workers.guard", str(os.getpid()), *flags, "--", *argv]
         self.popen = Popen(guarded, stdout=PIPE, stderr=PIPE, cwd=cwd, env=env, start_new_session=True)
         self.pgid = self.popen.pid  # a session leader's pid is its group's id
         self.kill_at: float | None = None

@@ -33,6 +33,7 @@ class WorkerPoolAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ("name", "kind", "queue", "state", "description")}),
         ("Capacity", {"fields": ("slots_per_worker", "gpus_per_worker", "modes")}),
+        ("Isolation", {"fields": ("sandbox", "sandbox_network")}),
         ("Who and how", {"fields": ("groups", "max_jobs_per_user", "default_priority", "max_priority",
                                     "default_timeout_minutes", "log_retention_lines")}),
     ]

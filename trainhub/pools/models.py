@@ -1,3 +1,4 @@
+import shutil
 from datetime import timedelta
 
 from django.conf import settings
@@ -15,10 +16,19 @@ _queue_name = RegexValidator(r"^[A-Za-z0-9_.-]+$", "letters, digits, '.', '_' an
 LOG_RETENTION_MINIMUM = 10_000
 
 
+def default_sandbox() -> str:
+    """A new pool sandboxes its jobs where bubblewrap is installed (``workers.sandbox``)."""
+    return "required" if shutil.which("bwrap") else "off"
+
+
 class WorkerPool(models.Model):
     class Kind(models.TextChoices):
         CPU = "cpu", "CPU"
         GPU = "gpu", "GPU"
+
+    class Sandbox(models.TextChoices):
+        REQUIRED = "required", "required: every job in a bubblewrap sandbox; fails where bwrap is missing"
+        OFF = "off", "off: jobs run as the worker's user and see what it sees"
 
     class State(models.TextChoices):
         ENABLED = "enabled", "enabled: takes and runs jobs"
@@ -51,6 +61,13 @@ class WorkerPool(models.Model):
     log_retention_lines = models.PositiveIntegerField(
         default=0, help_text="log lines kept per finished job (the first and the newest; a marker "
                              "where the middle was cut); 0 = keep all (TRAINHUB_LOG_RETENTION also cuts during the run)")
+    sandbox = models.CharField(
+        max_length=8, choices=Sandbox.choices, default=default_sandbox,
+        help_text="required: each job sees only its own run directory, the project and its workspace, no worker "
+                  "secrets and only its leased GPUs (needs: apt-get install bubblewrap); off: run unsandboxed")
+    sandbox_network = models.BooleanField(
+        default=False, help_text="sandboxed single-node jobs may use the network (multi-node jobs always may, "
+                                 "for their rendezvous)")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
