@@ -46,7 +46,8 @@ def main(argv: list[str]) -> int:
     if sandboxed and 128 < code < 128 + signal.NSIG:
         code = 128 - code
     if code < 0:  # die of the same signal, so the executor reports it truthfully
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # these two have no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 

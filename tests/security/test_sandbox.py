@@ -5,6 +5,7 @@ probes get through on a pool whose sandbox is off, which shows that each probe w
 """
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from urllib.parse import urlparse
@@ -172,3 +173,58 @@ def test_a_new_pool_sandboxes_its_jobs_where_bwrap_is_installed(db):
     pool = WorkerPool.objects.create(name="fresh", queue="fresh")
     assert pool.sandbox == ("required" if shutil.which("bwrap") else "off")
     assert pool.sandbox_network is False
+
+
+def sandboxed_start(tmp_path, code: str):
+    """``code`` through the local backend in a sandbox, as the executor starts a job."""
+    import sys
+
+    from workers import backends
+
+    run_dir = tmp_path / "runs" / "job-1"
+    run_dir.mkdir(parents=True)
+    request = backends.RunRequest(argv=[sys.executable, "-c", code], env={**os.environ}, cwd=run_dir,
+                                  run_dir=run_dir, job_id=1, attempt=1, sandbox="required")
+    return backends.get("local").start(request)
+
+
+def wait_for_exit(handle, seconds: float = 60) -> int:
+    code = wait_for(lambda: (handle.poll(),), timeout=seconds, interval=0.05, message="the run to end")[0]
+    while code is None:
+        code = wait_for(lambda: (handle.poll(),), timeout=seconds, interval=0.05, message="the run to end")[0]
+    return code
+
+
+def texts(handle) -> list[str]:
+    return [text for _, items in handle.lines() for _, text in items]
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_a_cancelled_sandboxed_run_gets_sigterm_keeps_its_last_words_and_leaves_no_process(tmp_path):
+    import psutil
+
+    # a grandchild in a session of its own, which a process-group signal alone would miss
+    code = ("import signal, subprocess, sys, time\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)  # sandbox-orphan'],"
+            " start_new_session=True)\n"
+            "def bye(*_):\n    print('checkpoint saved', flush=True); sys.exit(0)\n"
+            "signal.signal(signal.SIGTERM, bye)\nprint('up', flush=True)\ntime.sleep(120)")
+    handle = sandboxed_start(tmp_path, code)
+    seen: list[str] = []
+    wait_for(lambda: seen.extend(texts(handle)) or "up" in seen, timeout=60, message="the run to start")
+    handle.cancel(grace=20)
+    assert wait_for_exit(handle) == 0
+    handle.close(5)
+    assert texts(handle) == ["checkpoint saved"]
+    wait_for(lambda: not [p for p in psutil.process_iter(["cmdline"])
+                          if "sandbox-orphan" in " ".join(p.info["cmdline"] or [])],
+             timeout=10, message="the sandbox's last process to die with it")
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_a_sandboxed_run_killed_by_a_signal_is_reported_as_killed_not_as_exit_code_137(tmp_path):
+    handle = sandboxed_start(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert wait_for_exit(handle) == -9
+    handle.close(5)
