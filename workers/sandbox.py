@@ -100,10 +100,10 @@ def argv(plan: Plan) -> list[str]:
     """``bwrap ... --`` for ``plan``; append the job's own argv. Mount order matters: later mounts
     lie over earlier ones, so the hidden trees come after the project and before the run directory."""
     cmd = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-           "--unshare-cgroup-try", "--cap-drop", "ALL", "--hostname", "trainhub-job"]
+           "--unshare-cgroup-try", "--cap-drop", "ALL"]  # the host's name stays: gloo and c10d resolve it
     if not plan.network:
         cmd.append("--unshare-net")
-    cmd += _system()
+    cmd += _system(plan.network)
     for root in _roots(plan.pythons) + _roots((plan.project,)):
         cmd += _ro(root)
     cmd += ["--tmpfs", "/tmp"]
@@ -123,7 +123,7 @@ def argv(plan: Plan) -> list[str]:
     return ["env", "--ignore-signal=TERM", *cmd, "--", "env", "--default-signal=TERM"]
 
 
-def _system() -> list[str]:
+def _system(network: bool) -> list[str]:
     cmd: list[str] = []
     for path in SYSTEM_DIRS:
         if os.path.islink(path):  # merged /usr: /lib -> usr/lib
@@ -131,7 +131,8 @@ def _system() -> list[str]:
         elif os.path.isdir(path):
             cmd += ["--ro-bind", path, path]
     for name in ETC_FILES:
-        cmd += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        if name != "resolv.conf" or network:  # without a network a name server only makes lookups wait for it
+            cmd += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     return cmd
 
 
