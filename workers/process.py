@@ -2,7 +2,9 @@
 its command under ``workers.guard``, signals its process group and kills it with grace.
 
 Every job process (a single job, every node of a gang) starts here, so the list of the
-dashboard's secrets kept out of training code is written once: ``SECRETS``.
+dashboard's secrets kept out of training code is written once: ``SECRETS``. That deny-list is
+for pools whose sandbox is off; a sandboxed job gets only ``workers.sandbox.allowed_env`` of this
+environment (an allow-list: no *_PASSWORD, AWS_*, … of the worker's).
 """
 from __future__ import annotations
 
