@@ -1,10 +1,11 @@
 """Stands between a worker and a job's process group: if the worker dies, the job dies.
 
-``python -m workers.guard WORKER_PID -- CMD...`` runs CMD in the guard's process group
+``python -m workers.guard WORKER_PID [--sandboxed] -- CMD...`` runs CMD in the guard's process group
 (the executor starts the guard as a session leader). When the worker process disappears —
 SIGKILL, OOM, a lost host — the guard is re-parented, notices, and SIGTERMs then SIGKILLs the
 whole group, so no rank, launcher or data-loader worker outlives its worker. The guard's
-exit status mirrors CMD's, signals included.
+exit status mirrors CMD's, signals included; with ``--sandboxed`` CMD is bubblewrap, which reports
+a job killed by signal N as 128 + N, and the guard dies of N as the job did.
 """
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ GRACE_SECONDS = float(os.environ.get("TRAINHUB_GRACE_SECONDS", "15"))
 
 
 def main(argv: list[str]) -> int:
+    sandboxed = len(argv) > 1 and argv[1] == "--sandboxed"
+    if sandboxed:
+        argv = [argv[0], *argv[2:]]
     if len(argv) < 3 or argv[1] != "--":
-        sys.stderr.write("usage: python -m workers.guard WORKER_PID -- CMD...\n")
+        sys.stderr.write("usage: python -m workers.guard WORKER_PID [--sandboxed] -- CMD...\n")
         return 2
     worker = int(argv[0])
     # SIGTERM to the group is for the job's processes; the guard waits for them to exit.
@@ -39,8 +43,11 @@ def main(argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             pass
     code = child.returncode
+    if sandboxed and 128 < code < 128 + signal.NSIG:
+        code = 128 - code
     if code < 0:  # die of the same signal, so the executor reports it truthfully
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # these two have no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 

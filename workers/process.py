@@ -2,7 +2,9 @@
 its command under ``workers.guard``, signals its process group and kills it with grace.
 
 Every job process (a single job, every node of a gang) starts here, so the list of the
-dashboard's secrets kept out of training code is written once: ``SECRETS``.
+dashboard's secrets kept out of training code is written once: ``SECRETS``. That deny-list is
+for pools whose sandbox is off; a sandboxed job gets only ``workers.sandbox.allowed_env`` of this
+environment (an allow-list: no *_PASSWORD, AWS_*, … of the worker's).
 """
 from __future__ import annotations
 
@@ -48,8 +50,9 @@ class GuardedProcess:
     SIGKILL once the grace period has passed, so the caller keeps handling output meanwhile.
     """
 
-    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: str | Path):
-        guarded = [sys.executable, "-m", "workers.guard", str(os.getpid()), "--", *argv]
+    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: str | Path, sandboxed: bool = False):
+        flags = ["--sandboxed"] if sandboxed else []  # bwrap reports a signal as 128 + N
+        guarded = [sys.executable, "-m", "workers.guard", str(os.getpid()), *flags, "--", *argv]
         self.popen = Popen(guarded, stdout=PIPE, stderr=PIPE, cwd=cwd, env=env, start_new_session=True)
         self.pgid = self.popen.pid  # a session leader's pid is its group's id
         self.kill_at: float | None = None

@@ -35,6 +35,7 @@ class WorkerPoolAdmin(admin.ModelAdmin):
         ("Capacity", {"fields": ("slots_per_worker", "gpus_per_worker", "modes")}),
         ("Slurm (kind slurm)", {"fields": ("partition", "account", "qos", "slurm_conf", "slurm_accounts"),
                                 "classes": ("collapse",)}),
+        ("Isolation", {"fields": ("sandbox", "sandbox_network")}),
         ("Who and how", {"fields": ("groups", "default_priority", "max_priority",
                                     "default_timeout_minutes", "log_retention_lines")}),
         ("Per-user limits (0 = none; staff may exceed)", {"fields": (

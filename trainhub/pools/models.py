@@ -1,3 +1,4 @@
+import shutil
 from datetime import timedelta
 
 from django.conf import settings
@@ -16,11 +17,20 @@ _queue_name = RegexValidator(r"^[A-Za-z0-9_.-]+$", "letters, digits, '.', '_' an
 LOG_RETENTION_MINIMUM = 10_000
 
 
+def default_sandbox() -> str:
+    """A new pool sandboxes its jobs where bubblewrap is installed (``workers.sandbox``)."""
+    return "required" if shutil.which("bwrap") else "off"
+
+
 class WorkerPool(models.Model):
     class Kind(models.TextChoices):
         CPU = "cpu", "CPU"
         GPU = "gpu", "GPU"
         SLURM = "slurm", "Slurm (jobs run as sbatch jobs of a cluster)"
+
+    class Sandbox(models.TextChoices):
+        REQUIRED = "required", "required: every job in a bubblewrap sandbox; fails where bwrap is missing"
+        OFF = "off", "off: jobs run as the worker's user and see what it sees"
 
     class State(models.TextChoices):
         ENABLED = "enabled", "enabled: takes and runs jobs"
@@ -76,6 +86,13 @@ class WorkerPool(models.Model):
     slurm_accounts = models.TextField(blank=True, verbose_name="Slurm accounts",
                                       help_text="user → account, one per line: `alice = proj-a` or "
                                                 "`@group = proj-b`; the first match wins, else the account above")
+    sandbox = models.CharField(
+        max_length=8, choices=Sandbox.choices, default=default_sandbox,
+        help_text="required: each job sees only its own run directory, the project and its workspace, no worker "
+                  "secrets and only its leased GPUs (needs: apt-get install bubblewrap); off: run unsandboxed")
+    sandbox_network = models.BooleanField(
+        default=False, help_text="sandboxed single-node jobs may use the network (multi-node jobs always may, "
+                                 "for their rendezvous)")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -9,6 +9,9 @@ The interface, and what a backend promises:
     Start ``run.argv`` with exactly ``run.env`` (already built by ``workers.process.child_env``,
     secrets removed; a backend adds nothing of the worker's own environment) in ``run.cwd``.
     Raises ``OSError`` (or a subclass) when it cannot start; nothing is left running then.
+    ``run.sandbox`` is the pool's setting (``workers.sandbox``): ``required`` confines the process
+    tree (``local``: bubblewrap; ``run.network`` and ``run.read_only`` say what it may reach) and
+    fails to start where it cannot; ``off`` says so in the job's output; None (no pool) runs it as is.
 
 ``Handle.poll() -> int | None``
     Never blocks. The exit code once every process of the run has ended (negative: killed

@@ -30,6 +30,10 @@ class RunRequest:
     job_id: int
     attempt: int
     node_rank: int = 0
+    #: the pool's ``sandbox`` (``workers.sandbox``: required | off); None: no pool decided, run as before
+    sandbox: str | None = None
+    network: bool = False  # the sandbox keeps the host's network (the pool allows it, or a gang's rendezvous)
+    read_only: tuple[Path, ...] = ()  # what the sandbox shows read-only besides the project: the workspace
 
 
 class Handle(Protocol):

@@ -1,20 +1,34 @@
 """The ``local`` backend: a guarded process group on this worker (``workers.process``), its
-stdout and stderr read by two threads into lines."""
+stdout and stderr read by two threads into lines; the job's processes in a bubblewrap sandbox
+(``workers.sandbox``) unless the pool's ``sandbox`` is off."""
 from __future__ import annotations
 
+import os
 import queue
 import socket
 import threading
 import time
+from pathlib import Path
 
-from workers import process
+from workers import process, sandbox
 from workers.backends.base import Output, RunRequest, drain
+from workers.runner.launch import REPO_ROOT
+
+UNSANDBOXED = "trainhub: running unsandboxed (pool setting)"
 
 
 class LocalHandle:
     def __init__(self, run: RunRequest):
-        self.process = process.GuardedProcess(run.argv, env=run.env, cwd=run.cwd)
+        argv, sandboxed = run.argv, run.sandbox == sandbox.REQUIRED
+        if sandboxed:
+            if not sandbox.available():
+                raise FileNotFoundError(f"this worker has no bubblewrap (bwrap) for the pool's sandbox: "
+                                        f"{sandbox.INSTALL_HINT}")
+            argv = sandbox.argv(plan_for(run)) + list(run.argv)
+        self.process = process.GuardedProcess(argv, env=run.env, cwd=run.cwd, sandboxed=sandboxed)
         self._out: queue.Queue = queue.Queue()
+        if run.sandbox == sandbox.OFF:
+            self._out.put(("e", [(0, UNSANDBOXED)]))
         self._readers: list[threading.Thread] = process.pump_output(self.process.popen, self._out)
 
     def poll(self) -> int | None:
@@ -34,6 +48,32 @@ class LocalHandle:
 
     def describe(self) -> str:
         return f"process group {self.process.pgid} on {socket.gethostname()}"
+
+
+def plan_for(run: RunRequest) -> sandbox.Plan:
+    """What the sandbox of ``run`` shows: the runs root and var/ hidden, the run dir writable."""
+    run_dir = Path(run.run_dir).resolve()
+    extensions = run.env.get("TORCH_EXTENSIONS_DIR")
+    writable: tuple[Path, ...] = ()
+    if extensions:  # DeepSpeed's JIT-built ops: a cache shared by jobs, built once (see docs/SECURITY.md)
+        Path(extensions).mkdir(parents=True, exist_ok=True)
+        writable = (Path(extensions),)
+    return sandbox.Plan(
+        run_dir=run_dir, cwd=Path(run.cwd).resolve(), project=REPO_ROOT, env=run.env,
+        read_only=tuple(Path(p).resolve() for p in run.read_only), read_write=writable,
+        hidden=(run_dir.parent, _var_dir(), REPO_ROOT / "var", REPO_ROOT / "runs"), gpus=sandbox.gpu_indexes(run.env),
+        network=run.network, device_dir=Path(os.environ.get(sandbox.DEVICE_DIR_ENV, "/dev")),
+        pythons=sandbox.python_roots())
+
+
+def _var_dir() -> Path:
+    """The worker's var/ (database, secret key): from the settings when Django is set up."""
+    try:
+        from django.conf import settings
+
+        return Path(settings.VAR_DIR).resolve()
+    except Exception:  # no Django here (a bare backend test): the environment's or the project's
+        return Path(os.environ.get("TRAINHUB_VAR_DIR", REPO_ROOT / "var")).resolve()
 
 
 class LocalBackend:
