@@ -59,7 +59,7 @@ def test_an_admin_edit_is_recorded_with_who_and_what(staff_client, cpu_pool):
             "slots_per_worker": 3, "gpus_per_worker": 0, "modes": "", "max_running_per_user": 0,
             "max_gpus_per_user": 0, "max_queued_per_user": 0, "max_timeout_minutes": 0, "max_restarts_limit": 5,
             "default_priority": 0, "max_priority": 100, "default_timeout_minutes": 0, "log_retention_lines": 0,
-            "workers-TOTAL_FORMS": 0, "workers-INITIAL_FORMS": 0}
+            "sandbox": cpu_pool.sandbox, "workers-TOTAL_FORMS": 0, "workers-INITIAL_FORMS": 0}
     response = staff_client.post(url, form)
     assert response.status_code == 302, response.content.decode()[:2000]
     assert WorkerPool.objects.get(pk=cpu_pool.pk).slots_per_worker == 3
@@ -75,7 +75,7 @@ def test_raising_slots_beyond_a_workers_threads_warns_how_to_fix_it(staff_client
             "slots_per_worker": 3, "gpus_per_worker": 0, "modes": "", "max_running_per_user": 0,
             "max_gpus_per_user": 0, "max_queued_per_user": 0, "max_timeout_minutes": 0, "max_restarts_limit": 5,
             "default_priority": 0, "max_priority": 100, "default_timeout_minutes": 0, "log_retention_lines": 0,
-            "workers-TOTAL_FORMS": 0, "workers-INITIAL_FORMS": 0}
+            "sandbox": cpu_pool.sandbox, "workers-TOTAL_FORMS": 0, "workers-INITIAL_FORMS": 0}
     response = staff_client.post(url, form)
     shown = " ".join(str(m) for m in get_messages(response.wsgi_request))
     assert "small@test can run fewer than 3 jobs" in shown and "--slots 3" in shown
