@@ -33,11 +33,12 @@ def versions() -> dict:
     return found
 
 
-def write(name: str, result: dict, *, database: str = "") -> Path:
-    """Write ``result`` (summary figures and raw samples) with its provenance; returns the file's path."""
+def write(name: str, result: dict, *, database: str = "", command: list[str] | None = None) -> Path:
+    """Write ``result`` (summary figures and raw samples) with its provenance; returns the file's path.
+    ``command``: the bench's own argv when another script ran it (default: this process's)."""
     now = datetime.now(timezone.utc)
     record = {"bench": name, "date": now.isoformat(timespec="seconds"),
-              "command": " ".join(shlex.quote(a) for a in [".venv/bin/python", *sys.argv]),
+              "command": " ".join(shlex.quote(a) for a in [".venv/bin/python", *(command or sys.argv)]),
               "machine": machine(), "versions": versions(), "database": database or "sqlite", "result": result}
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}-{now.strftime('%Y%m%dT%H%M%SZ')}.json"
