@@ -104,9 +104,9 @@ def argv(plan: Plan) -> list[str]:
     if not plan.network:
         cmd.append("--unshare-net")
     cmd += _system(plan.network)
+    cmd += ["--tmpfs", "/tmp"]  # first: Python, the project or the run directory may live under /tmp (a CI clone)
     for root in _roots(plan.pythons) + _roots((plan.project,)):
         cmd += _ro(root)
-    cmd += ["--tmpfs", "/tmp"]
     for path in plan.hidden:
         if path.is_dir():  # a missing one hides nothing, and bwrap cannot create it inside a read-only bind
             cmd += ["--tmpfs", str(path)]

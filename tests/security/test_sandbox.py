@@ -82,6 +82,9 @@ def test_the_bwrap_argv_hides_runs_and_var_binds_the_run_dir_last_and_passes_onl
     names = {argv[i + 1] for i, a in enumerate(argv) if a == "--setenv"}
     assert names == {"PATH", "RANK", "TRAINHUB_RUN_DIR", "NCCL_DEBUG", "HOME"}
     assert "--unshare-net" not in sandbox.argv(plan.__class__(**{**plan.__dict__, "network": True}))
+    # a project (and its .venv) cloned under /tmp, as a CI run may: the private /tmp must not cover it
+    in_tmp = sandbox.argv(plan.__class__(**{**plan.__dict__, "project": tmp_path / "clone"}))
+    assert " ".join(in_tmp).index("--tmpfs /tmp ") < " ".join(in_tmp).index(f"--ro-bind-try {tmp_path}/clone ")
 
 
 def run_probe(start_worker, user, tmp_path, live_settings, *, sandbox: str) -> dict[str, str]:
