@@ -20,9 +20,9 @@ pytestmark = pytest.mark.slow
 RECORD = textwrap.dedent("""
     import json, os, sys, time
     start = time.time()
-    time.sleep(float(sys.argv[2]))
-    run = os.path.basename(os.environ["TRAINHUB_RUN_DIR"])
-    with open(os.path.join(sys.argv[1], run + ".json"), "w") as f:
+    time.sleep(float(sys.argv[1]))
+    # into its own run directory: a sandboxed job can write nowhere else
+    with open(os.path.join(os.environ["TRAINHUB_RUN_DIR"], "record.json"), "w") as f:
         json.dump({"cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": start, "end": time.time()}, f)
 """)
 
@@ -30,22 +30,24 @@ RECORD = textwrap.dedent("""
 @pytest.fixture
 def sleeper(tmp_path, transactional_db):
     """A workspace whose script sleeps and records when it ran and which GPUs it saw."""
-    code, out = tmp_path / "code", tmp_path / "out"
+    code = tmp_path / "code"
     code.mkdir()
-    out.mkdir()
     (code / "record.py").write_text(RECORD)
     Workspace.objects.create(name="sleeper", path=str(code))
 
     def spec(seconds=1.0, **extra):
         return {"name": "sleep", "mode": "script", "script": {"workspace": "sleeper", "entry": "record.py",
-                                                             "args": [str(out), str(seconds)]}, **extra}
+                                                             "args": [str(seconds)]}, **extra}
 
-    spec.out = out
     return spec
 
 
-def records(out: Path) -> dict[int, dict]:
-    return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("job-*.json")}
+def records() -> dict[int, dict]:
+    """What each job's record.py wrote into its run directory, by job id."""
+    from django.conf import settings
+
+    runs = Path(settings.TRAINHUB_RUNS_DIR)
+    return {int(p.parent.name.split("-")[1]): json.loads(p.read_text()) for p in runs.glob("job-*/record.json")}
 
 
 def finished(*jobs, timeout=90):
@@ -127,7 +129,7 @@ def test_concurrent_gpu_jobs_never_share_a_gpu(start_worker, user, sleeper):
     done = Job.objects.filter(pk__in=[j.pk for j in jobs])
     assert {j.status for j in done} == {"succeeded"}, [(j.pk, j.error) for j in done]
     assert not GpuLease.objects.exists()  # every lease was given back
-    runs = records(sleeper.out)
+    runs = records()
     by_gpu: dict[tuple, list] = {}
     for job in done:
         seen = runs[job.pk]["cuda"].split(",")

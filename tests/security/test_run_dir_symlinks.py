@@ -58,6 +58,10 @@ def assert_refused(response) -> None:
 
 
 def test_a_run_dir_swapped_for_a_link_to_root_serves_nothing(start_worker, cpu_pool, user, user_client, tmp_path):
+    # Unsandboxed, as on a pool whose sandbox is off or a Slurm pool: in the sandbox the run directory is a
+    # mount point the job cannot move. The web's defence must hold without the sandbox.
+    cpu_pool.sandbox = "off"
+    cpu_pool.save(update_fields=["sandbox"])
     start_worker("cpu")
     job = run_script(user, tmp_path, "swap", SWAP_RUN_DIR)
     api = f"/api/jobs/{job.pk}"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from trainhub.jobs.rundir import CHECKPOINTS, run_dir_name, runs_root
+from workers.runner.fence import FENCE_FILE
 
 MAX_LISTED = 2000
 _CHUNK = 1 << 20
@@ -165,13 +166,14 @@ def checkpoints(job_id: int) -> list[dict]:
 
 
 def artifacts(job_id: int) -> list[dict]:
-    """Every file of the run directory outside ``checkpoints/``: path, size, modified."""
+    """Every file of the run directory outside ``checkpoints/`` (and the attempt fence, which is bookkeeping):
+    path, size, modified."""
     fd = _open_job_dir(job_id)
     if fd is None:
         return []
     try:
         return [{"path": rel, "size": st.st_size, "modified": _stamp(st)}
-                for rel, _, _, st in _walk(fd, "", [MAX_LISTED], skip=frozenset({CHECKPOINTS}))]
+                for rel, _, _, st in _walk(fd, "", [MAX_LISTED], skip=frozenset({CHECKPOINTS, FENCE_FILE}))]
     finally:
         os.close(fd)
 
