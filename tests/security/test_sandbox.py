@@ -107,7 +107,14 @@ def run_probe(start_worker, user, tmp_path, live_settings, *, sandbox: str) -> d
     other = Path(settings.TRAINHUB_RUNS_DIR) / "job-9999" / "secret.txt"
     other.parent.mkdir(parents=True)
     other.write_text("another job's weights")
-    database = settings.DATABASES["default"]["NAME"]
+    from django.db import connection
+
+    if connection.vendor == "sqlite":
+        database = settings.DATABASES["default"]["NAME"]
+    else:  # PostgreSQL keeps no file in var/; what var/ holds (the secret key) must stay hidden all the same
+        Path(settings.VAR_DIR).mkdir(parents=True, exist_ok=True)
+        database = str(Path(settings.VAR_DIR) / "sandbox-probe.txt")
+        Path(database).write_text("what var/ holds")
     assert Path(database).is_relative_to(settings.VAR_DIR) and Path(database).exists()
     WorkerPool.objects.create(name="gpu", kind="gpu", queue="gpu", sandbox=sandbox)
     start_worker("gpu", extra_env={"TRAINHUB_FAKE_GPUS": "2", "TRAINHUB_DEVICE_DIR": str(dev), **SECRET_ENV})
