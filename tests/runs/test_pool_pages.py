@@ -53,14 +53,18 @@ def test_drain_and_cancel_from_the_page_take_effect_and_are_recorded(staff_clien
     assert "state enabled → draining" in page and "root" in page
 
 
-def test_an_admin_edit_is_recorded_with_who_and_what(staff_client, cpu_pool):
-    url = f"/admin/pools/workerpool/{cpu_pool.pk}/change/"
-    form = {"name": "cpu", "kind": "cpu", "queue": "cpu", "state": "enabled", "description": "",
-            "slots_per_worker": 3, "gpus_per_worker": 0, "modes": "", "max_running_per_user": 0,
+def post_pool_edit(client, pool, **changes):
+    """Save ``pool``'s admin change form as a staff user would, with ``changes`` to its fields."""
+    form = {"name": pool.name, "kind": "cpu", "queue": pool.queue, "state": "enabled", "description": "",
+            "slots_per_worker": 1, "gpus_per_worker": 0, "modes": "", "max_running_per_user": 0,
             "max_gpus_per_user": 0, "max_queued_per_user": 0, "max_timeout_minutes": 0, "max_restarts_limit": 5,
             "default_priority": 0, "max_priority": 100, "default_timeout_minutes": 0, "log_retention_lines": 0,
-            "sandbox": cpu_pool.sandbox, "workers-TOTAL_FORMS": 0, "workers-INITIAL_FORMS": 0}
-    response = staff_client.post(url, form)
+            "sandbox": pool.sandbox, "workers-TOTAL_FORMS": 0, "workers-INITIAL_FORMS": 0, **changes}
+    return client.post(f"/admin/pools/workerpool/{pool.pk}/change/", form)
+
+
+def test_an_admin_edit_is_recorded_with_who_and_what(staff_client, cpu_pool):
+    response = post_pool_edit(staff_client, cpu_pool, slots_per_worker=3)
     assert response.status_code == 302, response.content.decode()[:2000]
     assert WorkerPool.objects.get(pk=cpu_pool.pk).slots_per_worker == 3
     entry = LogEntry.objects.get()
@@ -70,13 +74,7 @@ def test_an_admin_edit_is_recorded_with_who_and_what(staff_client, cpu_pool):
 
 def test_raising_slots_beyond_a_workers_threads_warns_how_to_fix_it(staff_client, cpu_pool):
     Worker.objects.create(hostname="small@test", pool=cpu_pool, threads=2)
-    url = f"/admin/pools/workerpool/{cpu_pool.pk}/change/"
-    form = {"name": "cpu", "kind": "cpu", "queue": "cpu", "state": "enabled", "description": "",
-            "slots_per_worker": 3, "gpus_per_worker": 0, "modes": "", "max_running_per_user": 0,
-            "max_gpus_per_user": 0, "max_queued_per_user": 0, "max_timeout_minutes": 0, "max_restarts_limit": 5,
-            "default_priority": 0, "max_priority": 100, "default_timeout_minutes": 0, "log_retention_lines": 0,
-            "sandbox": cpu_pool.sandbox, "workers-TOTAL_FORMS": 0, "workers-INITIAL_FORMS": 0}
-    response = staff_client.post(url, form)
+    response = post_pool_edit(staff_client, cpu_pool, slots_per_worker=3)
     shown = " ".join(str(m) for m in get_messages(response.wsgi_request))
     assert "small@test can run fewer than 3 jobs" in shown and "--slots 3" in shown
 
