@@ -3,21 +3,16 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.e2e.browser import BROWSER_MARKS, CHROMIUM
 from tests.asgi_server import AsgiServer, server_env, session_cookie
 from tests.conftest import database_url, free_port
 from trainhub.jobs import logs
 from trainhub.jobs.models import Job
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium: apt-get install -y chromium chromium-driver"),
-]
+pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture
