@@ -48,7 +48,7 @@ async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
     out.setdefault("counts", []).append(sum(1 for _ in seqs))
 
 
-async def run(stack: Stack, viewers: int, rate: float, seconds: float) -> None:
+async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: float) -> None:
     web = psutil.Process([p for p in stack.procs if "uvicorn" in " ".join(p.args)][0].pid)
     rss0 = web.memory_info().rss
     cpu0, me0 = sum(web.cpu_times()[:2]), sum(psutil.Process().cpu_times()[:2])
@@ -65,7 +65,7 @@ async def run(stack: Stack, viewers: int, rate: float, seconds: float) -> None:
             peak[0] = max(peak[0], web.memory_info().rss)
             await asyncio.sleep(0.5)
 
-    async with httpx.AsyncClient(cookies=stack.cookies(), limits=limits,
+    async with httpx.AsyncClient(cookies=cookies, limits=limits,
                                  timeout=httpx.Timeout(600, connect=30)) as client:
         sampler = asyncio.create_task(sample())
         url = f"{stack.url}/jobs/{job.pk}/logs/stream"
@@ -87,7 +87,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     args = parser.parse_args()
     with Stack() as stack:
-        asyncio.run(run(stack, args.viewers, args.rate, args.seconds))
+        cookies = stack.cookies()  # Django's test client: outside the event loop (it is synchronous)
+        asyncio.run(run(stack, cookies, args.viewers, args.rate, args.seconds))
 
 
 if __name__ == "__main__":

@@ -84,8 +84,9 @@ class Execution:
 
     def flush_lines(self) -> bool:
         """Store what the job printed; False while the database is unavailable (see LogWriter)."""
-        if self.handle is not None:
-            for item in self.handle.lines():
+        room = self.log.room()
+        if self.handle is not None and room != 0:
+            for item in self.handle.lines(room):  # the rest waits in the job's pipes: backpressure
                 self.lines.put(item)
         return self.log.flush()
 
@@ -202,6 +203,8 @@ class Execution:
         self.handle.close(READERS_SECONDS)
         for helper in self.helpers:
             helper.join(timeout=READERS_SECONDS)
+        for item in self.handle.lines():  # all that is left: bounded by OutputQueue and the pipes
+            self.lines.put(item)
         self.flush_lines()  # also fills the log's tail with the last lines
         self.pump_events()
         return code

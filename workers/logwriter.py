@@ -3,8 +3,11 @@ go to the database and the Redis Stream (``trainhub.jobs.logs``), and nothing is
 stored twice while the database is briefly unavailable.
 
 Lines wait in ``pending`` with their seqs already assigned, so a retry after an outage stores
-them under the same numbers. At most ``PENDING_MAX`` lines wait; beyond that new lines are
-counted, not kept, and one marker line says how many are missing, where they are missing.
+them under the same numbers. While the database takes lines, the executor takes from the job
+only what fits in ``pending`` (``room``): a job printing faster than its log is stored waits in
+its own ``print`` (the pipe fills), and no line is lost. During an outage the job must not
+stall on the dashboard: at most ``PENDING_MAX`` lines wait; beyond that new lines are counted,
+not kept, and one marker line says how many are missing, where they are missing.
 """
 from __future__ import annotations
 
@@ -74,6 +77,14 @@ class LogWriter:
     def system(self, text: str) -> None:
         """A line of the dashboard's own ("s"), e.g. why the job stopped."""
         self.lines.put(("s", [(0, text)]))
+
+    def room(self) -> int | None:
+        """How many more lines to take from the job now: the free part of ``pending`` while the
+        database is up (the rest waits in the job's pipes); None, all of them, during an outage
+        (see the module doc)."""
+        if self.outage.down_since is not None:
+            return None
+        return max(0, PENDING_MAX - len(self.pending))
 
     def _take(self, items: list[tuple[int, str]], stream: str) -> None:
         if len(self.pending) >= PENDING_MAX:

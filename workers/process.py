@@ -9,7 +9,6 @@ environment (an allow-list: no *_PASSWORD, AWS_*, … of the worker's).
 from __future__ import annotations
 
 import os
-import queue
 import select
 import signal
 import sys
@@ -17,10 +16,14 @@ import threading
 import time
 from pathlib import Path
 from subprocess import PIPE, Popen
+from typing import TYPE_CHECKING
 
 from workers.runner import launch
 from workers.lines import PARTIAL_SECONDS, LineSplitter
 from workers.runner.config import JobSpec
+
+if TYPE_CHECKING:
+    from workers.backends.base import OutputQueue
 
 #: what the worker holds and training code must never see
 SECRETS = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "TRAINHUB_SECRET_KEY", "REDIS_URL")
@@ -76,7 +79,7 @@ class GuardedProcess:
         return self.popen.wait()
 
 
-def pump(pipe, stream: str, out: queue.Queue) -> None:
+def pump(pipe, stream: str, out: OutputQueue) -> None:
     """Read one pipe in chunks; put ``(stream, [(rank, text), ...])`` on ``out``."""
     fd = pipe.fileno()
     splitter = LineSplitter()
@@ -100,7 +103,7 @@ def pump(pipe, stream: str, out: queue.Queue) -> None:
     pipe.close()
 
 
-def pump_output(popen: Popen, out: queue.Queue) -> list[threading.Thread]:
+def pump_output(popen: Popen, out: OutputQueue) -> list[threading.Thread]:
     """A reader thread per pipe of ``popen`` (stdout as "o", stderr as "e"), putting lines on ``out``."""
     readers = [threading.Thread(target=pump, args=(pipe, stream, out), daemon=True)
                for pipe, stream in ((popen.stdout, "o"), (popen.stderr, "e"))]

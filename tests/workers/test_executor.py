@@ -34,7 +34,7 @@ class ScriptedHandle:
     def cancel(self, grace: float) -> None:
         self.cancelled_with = grace
 
-    def lines(self) -> backends.Output:
+    def lines(self, max_lines: int | None = None) -> backends.Output:
         out, self.pending = self.pending, []
         return out
 

@@ -20,9 +20,12 @@ The interface, and what a backend promises:
 ``Handle.cancel(grace: float) -> None``
     Never blocks. Asks the processes to stop (SIGTERM, so the runner checkpoints) and kills
     them ``grace`` seconds later. Calling it again does not extend the grace.
-``Handle.lines() -> list[(stream, [(rank, text), ...])]``
+``Handle.lines(max_lines=None) -> list[(stream, [(rank, text), ...])]``
     Never blocks. The output that arrived since the last call, in order per stream: "o" for
     stdout, "e" for stderr; ``rank`` from torchrun's ``[rankN]:`` prefix (see ``workers.lines``).
+    With ``max_lines``, about that many (whole batches); the rest waits for the next call.
+    What waits is bounded (``base.OutputQueue``): a run whose output is not taken is slowed
+    down (its pipe fills), never cut — the caller decides how much it can store.
 ``Handle.close(timeout: float) -> None``
     After ``poll`` returned a code: kills anything of the run still alive, and waits up to
     ``timeout`` seconds for the last output, which the next ``lines()`` returns.

@@ -1,7 +1,8 @@
 """The backend interface; documented in ``workers.backends``."""
 from __future__ import annotations
 
-import queue
+import threading
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -9,14 +10,54 @@ from typing import Protocol
 Output = list[tuple[str, list[tuple[int, str]]]]
 
 
-def drain(items: queue.Queue) -> Output:
-    """Everything queued so far, without waiting: what ``Handle.lines()`` returns."""
-    out = []
-    while True:
-        try:
-            out.append(items.get_nowait())
-        except queue.Empty:
-            return out
+#: lines waiting between a run's readers and the log; a reader that finds this many waits
+OUTPUT_LINES = 100_000
+
+
+class OutputQueue:
+    """A run's output on its way to the log, at most ``limit`` lines waiting.
+
+    A reader thread that finds it full waits (``put`` blocks), so it stops reading the pipe, the
+    pipe fills and the job's own ``print`` blocks: a job that prints faster than its log is
+    stored slows down instead of losing lines. ``release()`` lifts the limit once the run has
+    ended, so the readers can hand over the last lines and finish."""
+
+    def __init__(self, limit: int = OUTPUT_LINES):
+        self.limit = limit
+        self._items: deque[tuple[str, list[tuple[int, str]]]] = deque()
+        self._lines = 0
+        self._released = False
+        self._cond = threading.Condition()
+
+    def put(self, item: tuple[str, list[tuple[int, str]]]) -> None:
+        with self._cond:
+            while self._lines >= self.limit and not self._released:
+                self._cond.wait(1.0)
+            self._items.append(item)
+            self._lines += len(item[1])
+
+    def take(self, max_lines: int | None = None) -> Output:
+        """What is waiting, in order, without blocking; whole batches, stopping once
+        ``max_lines`` lines are taken (the last batch may pass it)."""
+        out: Output = []
+        taken = 0
+        with self._cond:
+            while self._items and (max_lines is None or taken < max_lines):
+                item = self._items.popleft()
+                out.append(item)
+                taken += len(item[1])
+            self._lines -= taken
+            self._cond.notify_all()
+        return out
+
+    def release(self) -> None:
+        with self._cond:
+            self._released = True
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        """Lines waiting."""
+        return self._lines
 
 
 @dataclass(frozen=True)
@@ -41,7 +82,7 @@ class Handle(Protocol):
 
     def cancel(self, grace: float) -> None: ...
 
-    def lines(self) -> Output: ...
+    def lines(self, max_lines: int | None = None) -> Output: ...
 
     def close(self, timeout: float) -> None: ...
 

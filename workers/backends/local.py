@@ -4,14 +4,13 @@ stdout and stderr read by two threads into lines; the job's processes in a bubbl
 from __future__ import annotations
 
 import os
-import queue
 import socket
 import threading
 import time
 from pathlib import Path
 
 from workers import process, sandbox
-from workers.backends.base import Output, RunRequest, drain
+from workers.backends.base import Output, OutputQueue, RunRequest
 from workers.runner.launch import REPO_ROOT
 
 UNSANDBOXED = "trainhub: running unsandboxed (pool setting)"
@@ -26,7 +25,7 @@ class LocalHandle:
                                         f"{sandbox.INSTALL_HINT}")
             argv = sandbox.argv(plan_for(run)) + list(run.argv)
         self.process = process.GuardedProcess(argv, env=run.env, cwd=run.cwd, sandboxed=sandboxed)
-        self._out: queue.Queue = queue.Queue()
+        self._out = OutputQueue()
         if run.sandbox == sandbox.OFF:
             self._out.put(("e", [(0, UNSANDBOXED)]))
         self._readers: list[threading.Thread] = process.pump_output(self.process.popen, self._out)
@@ -37,11 +36,12 @@ class LocalHandle:
     def cancel(self, grace: float) -> None:
         self.process.terminate(grace)
 
-    def lines(self) -> Output:
-        return drain(self._out)
+    def lines(self, max_lines: int | None = None) -> Output:
+        return self._out.take(max_lines)
 
     def close(self, timeout: float) -> None:
         self.process.kill()
+        self._out.release()  # the readers hand over what is left in the pipes, however much
         deadline = time.monotonic() + timeout
         for reader in self._readers:  # a grandchild that kept a pipe open was killed above
             reader.join(timeout=max(0.0, deadline - time.monotonic()))

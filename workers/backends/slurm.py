@@ -10,7 +10,6 @@ The nodes send their lines through Redis (``workers.gang_logs``); this handle re
 """
 from __future__ import annotations
 
-import queue
 import re
 import shlex
 import sys
@@ -19,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from workers import slurm_cli
-from workers.backends.base import Output, RunRequest, drain
+from workers.backends.base import Output, OutputQueue, RunRequest
 from workers.slurm_node import REDIS_VAR
 
 POLL_SECONDS = 1.0
@@ -95,7 +94,7 @@ class SlurmHandle:
         self.cancelled = False  # by TrainHub (so CANCELLED is ours, not an operator's)
         self.kill_at: float | None = None
         self._nodes = ("", "")  # Slurm's node list and its expansion, for describe()
-        self._out: queue.Queue = queue.Queue()
+        self._out = OutputQueue()
         self.receiver = gang_logs.Receiver(run.job_id, opts.lease_token, opts.nodes)
         self.receiver.nodes = set(range(opts.nodes))  # every node, node 0 included, sends through Redis
         self.receiver.next_index = {n: 0 for n in self.receiver.nodes}
@@ -159,12 +158,13 @@ class SlurmHandle:
             return "cancelled"
         return self.state.describe()
 
-    def lines(self) -> Output:
-        return drain(self._out)
+    def lines(self, max_lines: int | None = None) -> Output:
+        return self._out.take(max_lines)
 
     def close(self, timeout: float) -> None:
         if not self.refresh(force=True).final:
             self._scancel()
+        self._out.release()
         self._thread.join(timeout)
         self._closing.set()
         self.receiver.forget()
