@@ -117,4 +117,4 @@ def test_unknown_api_urls_answer_json_404(api):
 
 def test_an_oversized_body_is_413_json(api, cpu_pool):
     response = api.post("/api/jobs", raw="x" * 3_000_000)
-    assert response.status_code == 413 and "256 KiB" in response.json()["detail"]
+    assert response.status_code == 413 and "TRAINHUB_MAX_BODY_BYTES" in response.json()["detail"]
