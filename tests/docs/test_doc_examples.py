@@ -12,6 +12,7 @@ run with bash (no venv on PATH, as in a new terminal) against a live server and 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import time
@@ -27,6 +28,8 @@ from trainhub.api.models import ApiToken
 from workers.runner.config import SpecError, parse_spec
 
 EXAMPLES = collect()
+# TRAINHUB_DOC_EXAMPLES=docs/CLI.md,README.md runs only those files' examples (while writing a doc)
+ONLY = [p.strip() for p in os.environ.get("TRAINHUB_DOC_EXAMPLES", "").split(",") if p.strip()]
 DOC_URL = "http://127.0.0.1:8000"
 SHELL_PREAMBLE = """set -eo pipefail
 curl() { command curl --fail-with-body --silent --show-error --max-time 120 "$@"; echo; }
@@ -51,22 +54,27 @@ def test_a_broken_example_is_caught_by_the_checks():
 @pytest.mark.django_db(transaction=True, reset_sequences=True)  # the docs' `/api/jobs/1/...` is the first job
 def test_every_runnable_example_in_the_docs_works_as_written(live_settings, start_worker, cpu_pool, tmp_path,
                                                               django_user_model):
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll would bury the report
     admin = django_user_model.objects.create_superuser("admin", "admin@localhost", "docs-admin-password")
     token = ApiToken.issue(admin, "docs")[1]
     web = WebServer(live_settings, tmp_path / "web.log").start()
+    cpu_pool.slots_per_worker = 2  # the README's `trainhub logs -f 1` and `submit --follow` overlap
+    cpu_pool.save(update_fields=["slots_per_worker"])
     worker = start_worker("cpu", slots=2)
     work = mirror_checkout(tmp_path / "work")
     env = shell_env(live_settings, token, tmp_path, work)
     api = httpx.Client(base_url=web.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     failures: list[str] = []
+    timings: list[str] = []
     must_succeed: dict[int, str] = {}
     try:
         for example in EXAMPLES:
             if "file" in example.markers:
                 (work / example.markers["file"]).write_text(example.text)
         for example in EXAMPLES:
-            if "skip" in example.markers:
+            if "skip" in example.markers or (ONLY and example.where.split(":")[0] not in ONLY):
                 continue
+            started = time.monotonic()
             try:
                 if example.kind == "shell":
                     run_shell(example, work, env, web.url)
@@ -80,12 +88,15 @@ def test_every_runnable_example_in_the_docs_works_as_written(live_settings, star
                         api.post(f"/api/jobs/{job_id}/cancel")
             except AssertionError as exc:
                 failures.append(f"{example.where} ({example.language}): {exc}")
+            timings.append(f"{example.where} {time.monotonic() - started:.1f}s")
+        print("time per example:", ", ".join(timings))
         for job_id, where in must_succeed.items():
             job = wait_for(lambda: (j := api.get(f"/api/jobs/{job_id}").json())["status"] in FINAL and j,
                            timeout=300, message=f"job {job_id} of {where} to finish")
             if job["status"] != "succeeded":
                 failures.append(f"{where}: job {job_id} {job['status']}: {job.get('error')}")
-        for example in (e for e in EXAMPLES if "shape" in e.markers and "skip" not in e.markers):
+        for example in (e for e in EXAMPLES if "shape" in e.markers and "skip" not in e.markers
+                        and (not ONLY or e.where.split(":")[0] in ONLY)):
             try:
                 check_shape(example, api, admin, next(iter(must_succeed), 1))
             except AssertionError as exc:

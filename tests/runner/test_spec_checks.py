@@ -109,3 +109,15 @@ def test_a_one_process_spec_under_torchrun_with_two_ranks_is_refused_saying_how_
     assert load_arguments({"mode": "ddp", "resources": {"procs_per_node": 2}}).world_size == 2
     monkeypatch.delenv("WORLD_SIZE")
     assert load_arguments({"mode": "centralized"}).world_size == 1
+
+
+def test_the_notify_on_key_survives_a_client_that_read_the_yaml_and_sent_json():
+    import json
+
+    import yaml
+
+    text = "name: n\nnotify:\n  email: true\n  on: [failed, cancelled]\n"  # docs/NOTIFICATIONS.md's block
+    as_sent = json.loads(json.dumps(yaml.safe_load(text)))  # what `trainhub submit` POSTs: {"true": [...]}
+    assert as_sent["notify"]["true"] == ["failed", "cancelled"]
+    assert parse_spec(as_sent).notify.on == ["failed", "cancelled"]
+    assert "notify.on" in errors_of({"notify": {"on": ["failed"], "true": ["failed"]}})
