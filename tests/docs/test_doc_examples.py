@@ -136,8 +136,11 @@ def run_shell(example: Example, work, env, url: str) -> None:
         done = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"still running after 300 s: {(exc.stdout or b'')[-800:]!r}") from None
+    said = "\n".join(line for line in done.stderr.splitlines()  # what a user would read first
+                     if line.startswith(("spec error", "failed:", "error", "Error", "curl:", "bash:")))
     assert done.returncode == 0, (f"exit code {done.returncode} after {time.monotonic() - started:.0f} s\n"
-                                  f"--- stdout (tail)\n{done.stdout[-1500:]}\n--- stderr (tail)\n{done.stderr[-1500:]}")
+                                  f"--- errors\n{said}\n"
+                                  f"--- stdout (tail)\n{done.stdout[-1200:]}\n--- stderr (tail)\n{done.stderr[-1200:]}")
 
 
 def spec_of(example: Example) -> dict:
