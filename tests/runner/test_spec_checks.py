@@ -107,6 +107,8 @@ def test_a_one_process_spec_under_torchrun_with_two_ranks_is_refused_saying_how_
     assert "runs 1 process(es) (mode centralized" in message and "2 were started" in message
     assert "python -m workers.runner" in message and "mode: ddp" in message
     assert load_arguments({"mode": "ddp", "resources": {"procs_per_node": 2}}).world_size == 2
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one rank of a ddp spec, as without a launcher: allowed
+    assert load_arguments({"mode": "ddp", "resources": {"procs_per_node": 2}}).world_size == 1
     monkeypatch.delenv("WORLD_SIZE")
     assert load_arguments({"mode": "centralized"}).world_size == 1
 

@@ -65,8 +65,10 @@ def load_arguments(config: str | Path | dict | JobSpec, run_dir: str | Path | No
 
 def _check_world_size(spec: JobSpec, started: str | None) -> None:
     """Under torchrun, the ranks it started must be the ranks the spec asks for: a centralized spec
-    under ``--nproc-per-node 2`` would otherwise train twice, side by side, into one run directory."""
-    if started is None or spec.workload == "script" or int(started) == spec.world_size:
+    under ``--nproc-per-node 2`` would otherwise train twice, side by side, into one run directory.
+    One rank is always allowed: a ddp/deepspeed spec run without a launcher is one rank by design
+    (``lifecycle._single_process_rendezvous``, which also leaves ``WORLD_SIZE=1`` in this process)."""
+    if started is None or spec.workload == "script" or int(started) in (1, spec.world_size):
         return
     if spec.world_size == 1:
         fix = (f"run it with `python -m workers.runner` (no torchrun), or give it mode: ddp and "
