@@ -217,7 +217,7 @@ def job_metrics_csv(request: HttpRequest, job_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def job_compare(request: HttpRequest) -> HttpResponse:
-    """One chart per metric with a line for each job: ``/jobs/compare?ids=3,5,8&metric=loss``."""
+    """One chart per metric with a line for each job: ``/jobs/compare?ids=3,5,8&metric=val_acc``."""
     raw = ",".join(request.GET.getlist("ids")).replace(" ", ",")  # the job page sends its own id and the others
     ids = list(dict.fromkeys(i for i in (int_param(p) for p in raw.split(",")) if i))[:12]
     jobs = list(jobs_visible_to(request.user).filter(pk__in=ids).order_by("pk"))
