@@ -9,6 +9,7 @@
 # Results land in $OUT (default /tmp/gpu_check): summary.txt, a.json .. d.json, gpu.log.
 #
 # Missing packages (pydantic, deepspeed, hjson) travel as wheels in .whl/ (see docs/LLM.md).
+# Python: .venv/bin/python when the checkout has one, else python3; PYTHON=/path/to/python picks another.
 # Usage from the repo root:  bash bench/gpu_check.sh            (throughput: a-d)
 #                            bash bench/gpu_check.sh features   (LoRA + merge, GPT-2: e-f)
 set -u
@@ -18,12 +19,18 @@ mkdir -p "$OUT"
 LOG="$OUT/gpu.log"
 START=$SECONDS
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=true
-PY=${PYTHON:-python3}
+# the project's venv when there is one (make run / make test made it), else python3 (a bare GPU image)
+if [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=${PYTHON:-python3}; fi
 
 if ls .whl/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     >>"$LOG" 2>&1 || echo "wheel install failed" | tee -a "$LOG"
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+if ! PYTHONPATH=${PYTHONPATH:-} $PY -c 'import torch' 2>/dev/null; then
+  echo "bench/gpu_check.sh: $PY cannot import torch; run it from a checkout with .venv (make run), or set PYTHON=/path/to/python" | tee -a "$LOG"
+  exit 2
 fi
 
 # checkpoints of a 1B model with AdamW state are ~12 GB: keep them in RAM, delete after each run

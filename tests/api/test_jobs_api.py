@@ -117,4 +117,36 @@ def test_unknown_api_urls_answer_json_404(api):
 
 def test_an_oversized_body_is_413_json(api, cpu_pool):
     response = api.post("/api/jobs", raw="x" * 3_000_000)
-    assert response.status_code == 413 and "256 KiB" in response.json()["detail"]
+    assert response.status_code == 413 and "TRAINHUB_MAX_BODY_BYTES" in response.json()["detail"]
+
+
+def test_a_method_the_route_does_not_take_is_405_json(api, client):
+    for response in (api.delete("/api/jobs"), client.put("/api/jobs/1/cancel")):
+        assert response.status_code == 405 and response["Content-Type"] == "application/json"
+        assert "is not allowed on /api/jobs" in response.json()["detail"]
+    allowed = api.delete("/api/jobs").json()["detail"].split("; use ")[1]
+    assert sorted(allowed.split(", ")) == ["GET", "POST"]  # ninja's order varies
+
+
+def test_the_interactive_docs_load_swagger_ui_from_this_server_not_a_cdn(client, user):
+    client.force_login(user)
+    page = client.get("/api/docs").content.decode()
+    assert "cdn" not in page.lower() and "https://" not in page
+    assets = [a for a in ("/static/ninja/swagger-ui-bundle.js", "/static/ninja/swagger-ui.css") if a in page]
+    assert len(assets) == 2, page
+    from django.contrib.staticfiles import finders
+
+    assert all(finders.find(a.removeprefix("/static/")) for a in assets)
+
+
+def test_a_cuda_workload_on_a_pool_of_fake_gpus_is_refused_at_submit(api, user):
+    from trainhub.pools.models import Worker, WorkerPool
+
+    pool = WorkerPool.objects.create(name="gpu", kind="gpu", queue="gpu")
+    Worker.objects.create(pool=pool, hostname="w1", gpu_count=2,
+                          info={"gpus": [{"index": i, "name": "declared (TRAINHUB_FAKE_GPUS)", "fake": True} for i in (0, 1)]})
+    response = api.post("/api/jobs", {"name": "x", "pool": "gpu", "resources": {"gpus_per_node": 1}})
+    assert response.status_code == 422
+    message = response.json()["errors"]["resources.gpus_per_node"]
+    assert "only declared GPUs (TRAINHUB_FAKE_GPUS)" in message and "set gpus_per_node: 0" in message
+    assert api.post("/api/jobs", {"name": "x", "pool": "gpu"}).status_code == 201  # no GPUs asked: fine

@@ -97,10 +97,12 @@ def test_make_run_brings_everything_up_runs_a_job_and_ctrl_c_stops_it_all(up_env
              timeout=20, message="every process `make run` started to stop")
     assert not answers(base + "/login")
 
-    second = Up(up_env, tmp_path / "up2.log")  # same var directory: reuse, no new admin
+    # same var directory: reuse, no new admin; a changed TRAINHUB_ADMIN_PASSWORD is said not to apply
+    second = Up({**up_env, "TRAINHUB_ADMIN_PASSWORD": "changed-" + PASSWORD}, tmp_path / "up2.log")
     try:
         wait_for(lambda: answers(base + "/login"), timeout=120, message="the dashboard to answer again")
         assert "created admin user" not in second.output()
+        assert "TRAINHUB_ADMIN_PASSWORD differs from the password of the existing 'admin' user" in second.output()
         jobs = api.get("/api/jobs").json()
         assert [j["name"] for j in jobs["items"]] == ["first-run"]
         second.proc.send_signal(signal.SIGTERM)

@@ -77,3 +77,30 @@ def test_a_checkpoint_file_holding_a_pickle_that_runs_code_is_refused_on_resume(
     assert "holds objects other than tensors and plain values" in resumed.stderr
     assert "checkpoint.resume: false" in resumed.stderr
     assert not marker.exists(), "the pickle ran code"
+
+
+def _small_run(tmp_path, name, **checkpoint):
+    spec = {"name": name, "data": {"dataset": "iris", "batch_size": 16}, "model": {"name": "logreg"},
+            "train": {"epochs": 1, "log_every_steps": 1}, "checkpoint": {"every_steps": 2, **checkpoint}}
+    return spec, run_job(spec, tmp_path / name, run_dir=tmp_path / name / "run")
+
+
+def test_the_bare_runner_says_it_ignores_checkpoint_start_from(tmp_path):
+    _, result = _small_run(tmp_path, "bare", start_from="job-7/checkpoints/step-2")
+    assert result.returncode == 0, result.stderr
+    assert "checkpoint.start_from (job-7/checkpoints/step-2) is ignored here" in result.stdout
+    assert result.of_type("start")[0]["resumed_from"] is None
+
+
+def test_starting_from_a_checkpoint_at_the_last_step_is_refused_not_a_silent_success(tmp_path):
+    spec, whole = _small_run(tmp_path, "whole")
+    assert whole.returncode == 0, whole.stderr
+    last = whole.of_type("start")[0]["total_steps"]
+    # what a worker does for start_from: the other job's checkpoint copied into this run's directory
+    run_dir = tmp_path / "again" / "run"
+    shutil.copytree(whole.run_dir / "checkpoints" / f"step-{last}", run_dir / "checkpoints" / f"step-{last}")
+    spec["checkpoint"]["start_from"] = f"job-1/checkpoints/step-{last}"
+    again = run_job(spec, tmp_path / "again", run_dir=run_dir)
+    assert again.returncode == 2, again.stdout
+    assert f"spec error: checkpoint.start_from: job-1/checkpoints/step-{last} is at step {last}" in again.stderr
+    assert "raise train.epochs" in again.stderr

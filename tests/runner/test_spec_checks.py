@@ -95,3 +95,31 @@ def test_spec_validation_and_preflight_do_not_import_torch():
             "print(sorted(m for m in ('torch', 'deepspeed', 'django', 'celery') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_a_one_process_spec_under_torchrun_with_two_ranks_is_refused_saying_how_to_run_it(monkeypatch):
+    from workers.runner.arguments import load_arguments
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SpecError) as refused:
+        load_arguments({"name": "digits-mlp", "mode": "centralized"})
+    message = refused.value.errors["resources"]
+    assert "runs 1 process(es) (mode centralized" in message and "2 were started" in message
+    assert "python -m workers.runner" in message and "mode: ddp" in message
+    assert load_arguments({"mode": "ddp", "resources": {"procs_per_node": 2}}).world_size == 2
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one rank of a ddp spec, as without a launcher: allowed
+    assert load_arguments({"mode": "ddp", "resources": {"procs_per_node": 2}}).world_size == 1
+    monkeypatch.delenv("WORLD_SIZE")
+    assert load_arguments({"mode": "centralized"}).world_size == 1
+
+
+def test_the_notify_on_key_survives_a_client_that_read_the_yaml_and_sent_json():
+    import json
+
+    import yaml
+
+    text = "name: n\nnotify:\n  email: true\n  on: [failed, cancelled]\n"  # docs/NOTIFICATIONS.md's block
+    as_sent = json.loads(json.dumps(yaml.safe_load(text)))  # what `trainhub submit` POSTs: {"true": [...]}
+    assert as_sent["notify"]["true"] == ["failed", "cancelled"]
+    assert parse_spec(as_sent).notify.on == ["failed", "cancelled"]
+    assert "notify.on" in errors_of({"notify": {"on": ["failed"], "true": ["failed"]}})

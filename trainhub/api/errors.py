@@ -69,8 +69,8 @@ def install(api: NinjaAPI) -> None:
     @api.exception_handler(RequestDataTooBig)
     def _too_big(request, exc):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        return api.create_response(request, {"detail": f"the request body is larger than {limit} bytes; "
-                                                       "a job spec is at most 256 KiB"}, status=413)
+        return api.create_response(request, {"detail": f"the request body is larger than {limit} bytes "
+                                                       "(TRAINHUB_MAX_BODY_BYTES); send a smaller body"}, status=413)
 
     @api.exception_handler(Exception)
     def _unexpected(request, exc):

@@ -50,6 +50,11 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
         if most is not None and gpus > most:
             raise SpecError({"resources.gpus_per_node": f"no worker of pool {pool.name!r} has {gpus} GPUs "
                                                         f"(the most is {most}); ask for {most} or fewer"})
+    if gpus and spec.workload != "script" and pool.backend == "local" and only_fake_gpus(pool):
+        raise SpecError({"resources.gpus_per_node": (
+            f"pool {pool.name!r} has only declared GPUs (TRAINHUB_FAKE_GPUS), which have no CUDA device, and "
+            f"{spec.workload} jobs train on CUDA; set gpus_per_node: 0 or choose a pool with real GPUs "
+            "(fake GPUs are for trying scheduling and leases with script jobs)")})
     if spec.script and not Workspace.objects.filter(name=spec.script.workspace).exists():
         raise SpecError({"script.workspace": f"no workspace named {spec.script.workspace!r}; "
                                              "ask an administrator to register it"})
@@ -107,6 +112,12 @@ def pool_gpu_capacity(pool: WorkerPool) -> int | None:
         return pool.gpus_per_worker or None
     most = max(counts)
     return min(most, pool.gpus_per_worker) if pool.gpus_per_worker else most
+
+
+def only_fake_gpus(pool: WorkerPool) -> bool:
+    """Every GPU the pool's workers reported is a declared one (TRAINHUB_FAKE_GPUS): no CUDA behind them."""
+    gpus = [g for info in pool.workers.values_list("info", flat=True) for g in (info or {}).get("gpus", [])]
+    return bool(gpus) and all(g.get("fake") for g in gpus)
 
 
 def job_submit(*, owner, data: Any) -> Job:

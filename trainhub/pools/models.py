@@ -47,7 +47,7 @@ class WorkerPool(models.Model):
     description = models.CharField(max_length=300, blank=True)
     slots_per_worker = models.PositiveSmallIntegerField(
         default=1, help_text="jobs one worker runs at once; read at every claim, so a change needs no restart "
-                             "(up to the worker's --threads)")
+                             "(up to the worker's --slots)")
     gpus_per_worker = models.PositiveSmallIntegerField(
         default=0, help_text="GPUs each worker offers to jobs; 0 = all it detects")
     modes = models.CharField(max_length=100, blank=True,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.runner.config import JobSpec, load_file, parse_spec
+from workers.runner.errors import SpecError
 
 
 @dataclass
@@ -50,6 +51,7 @@ def load_arguments(config: str | Path | dict | JobSpec, run_dir: str | Path | No
     else:
         path = Path(config)
         spec = load_file(path)
+    _check_world_size(spec, os.environ.get("WORLD_SIZE"))
     return Arguments(
         spec=spec,
         run_dir=Path(run_dir) if run_dir else Path("runs") / spec.name,
@@ -59,3 +61,19 @@ def load_arguments(config: str | Path | dict | JobSpec, run_dir: str | Path | No
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
         world_size=int(os.environ.get("WORLD_SIZE", "1")),
     )
+
+
+def _check_world_size(spec: JobSpec, started: str | None) -> None:
+    """Under torchrun, the ranks it started must be the ranks the spec asks for: a centralized spec
+    under ``--nproc-per-node 2`` would otherwise train twice, side by side, into one run directory.
+    One rank is always allowed: a ddp/deepspeed spec run without a launcher is one rank by design
+    (``lifecycle._single_process_rendezvous``, which also leaves ``WORLD_SIZE=1`` in this process)."""
+    if started is None or spec.workload == "script" or int(started) in (1, spec.world_size):
+        return
+    if spec.world_size == 1:
+        fix = (f"run it with `python -m workers.runner` (no torchrun), or give it mode: ddp and "
+               f"resources.procs_per_node: {started}")
+    else:
+        fix = f"start torchrun with --nnodes {spec.resources.nodes} --nproc-per-node {spec.resources.procs_per_node}"
+    raise SpecError({"resources": f"this spec runs {spec.world_size} process(es) (mode {spec.mode}, nodes × "
+                                  f"procs_per_node) but {started} were started (WORLD_SIZE); {fix}"})

@@ -128,11 +128,12 @@ class Notify(_Section):
     @model_validator(mode="before")
     @classmethod
     def _yaml_on(cls, data):
-        """YAML 1.1 (PyYAML) reads the key ``on`` as the boolean true: take it as ``on``, the documented key."""
-        if isinstance(data, dict) and any(k is True for k in data):
-            if "on" in data:
+        """YAML 1.1 (PyYAML) reads the key ``on`` as the boolean true: take it as ``on``, the documented key.
+        A client that read the YAML and sends JSON (the CLI, a script) turns that key into ``"true"``."""
+        if isinstance(data, dict) and any(k is True or k == "true" for k in data):
+            if "on" in data or (True in data and "true" in data):
                 raise SpecError({"notify.on": "given twice (once as 'on', once as a YAML true key); keep one"})
-            data = {("on" if k is True else k): v for k, v in data.items()}
+            data = {("on" if k is True or k == "true" else k): v for k, v in data.items()}
         if isinstance(data, dict) and any(isinstance(k, bool) for k in data):
             raise SpecError({"notify": "a key reads as a YAML boolean (off/no/false); "
                                        "the keys are webhook, email and on"})

