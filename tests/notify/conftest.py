@@ -52,6 +52,23 @@ def receiver():
 
 
 @pytest.fixture
+def allow_local_hooks(settings):
+    """The receivers here listen on 127.0.0.1, which webhooks may not reach by default (SSRF): allow
+    it the way an administrator allows an internal network."""
+    settings.TRAINHUB_WEBHOOK_ALLOWED_NETWORKS = ("127.0.0.0/8",)
+    return settings
+
+
+@pytest.fixture(autouse=True)
+def _stop_the_delivery_pool():
+    """Each test starts with no delivery threads left over from the one before."""
+    yield
+    from trainhub.notify.pool import POOL
+
+    POOL.stop()
+
+
+@pytest.fixture
 def fast_backoff(settings):
     settings.TRAINHUB_NOTIFY_BACKOFF_SECONDS = 0.1
     return settings

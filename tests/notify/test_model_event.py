@@ -6,6 +6,8 @@ from trainhub.jobs.models import Status
 from trainhub.notify import services
 from trainhub.notify.models import NotificationDelivery
 
+pytestmark = pytest.mark.usefixtures("allow_local_hooks")  # the receiver listens on 127.0.0.1
+
 
 def test_a_final_transition_made_on_the_model_alone_notifies(running_job, receiver):
     hook = receiver()
