@@ -9,21 +9,27 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 
+#: what a hostile or internal service might say; the owner must never see it
+BANNER = "SSH-2.0-OpenSSH_9.2 internal-db-7 ready"
+
+
 class Receiver:
-    def __init__(self, codes: list[int]):
+    def __init__(self, codes: list[int], delay: float = 0.0):
         self.codes = list(codes)  # answers for the first requests; 200 after that
+        self.delay = delay  # seconds each answer takes
         self.requests: list[dict] = []
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                receiver.requests.append({"at": time.monotonic(), "path": self.path, "headers": dict(self.headers),
-                                          "json": json.loads(body)})
                 code = receiver.codes.pop(0) if receiver.codes else 200
-                self.send_response(code)
+                receiver.requests.append({"at": time.monotonic(), "path": self.path, "headers": dict(self.headers),
+                                          "json": json.loads(body), "code": code})
+                time.sleep(receiver.delay)
+                self.send_response(code, None if code == 200 else BANNER)
                 self.end_headers()
-                self.wfile.write(b"ok" if code == 200 else b"nope")
+                self.wfile.write(b"ok" if code == 200 else BANNER.encode())
 
             def log_message(self, *args):
                 pass
@@ -42,8 +48,8 @@ class Receiver:
 def receiver():
     made: list[Receiver] = []
 
-    def make(codes=()):
-        made.append(Receiver(list(codes)))
+    def make(codes=(), delay=0.0):
+        made.append(Receiver(list(codes), delay))
         return made[-1]
 
     yield make

@@ -16,8 +16,10 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import F, Min, Q
+from django.urls import reverse
 from django.utils import timezone
 
+from trainhub.jobs.models import Job
 from trainhub.notify import channels
 from trainhub.notify.models import NotificationDelivery as Delivery
 
@@ -73,9 +75,19 @@ def seconds_to_next(channel: str, cap: float) -> float:
     return max(0.0, min(cap, (first - now).total_seconds()))
 
 
-def send(delivery: Delivery) -> channels.Result:
-    from trainhub.notify.services import payload  # the payload of rows written before it was stored
+def payload(job: Job) -> dict:
+    """What a webhook receives (and an e-mail says), fixed when the final status commits."""
+    base = getattr(settings, "TRAINHUB_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+    return {"event": f"job.{job.status}", "id": job.pk, "name": job.name, "status": job.status,
+            "owner": job.owner.username, "pool": job.pool.name, "attempt": job.attempt,
+            "exit_code": job.exit_code, "error": job.error,
+            "started_at": job.started_at.isoformat() if job.started_at else None,
+            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+            "url": base + reverse("job_detail", args=[job.pk])}
 
+
+def send(delivery: Delivery) -> channels.Result:
+    # rows written before the payload was stored get it now; delivery_id is the idempotency key
     body = {**(delivery.payload or payload(delivery.job)), "delivery_id": delivery.pk}
     if delivery.channel == Delivery.Channel.WEBHOOK:
         return channels.post_webhook(delivery.target, body, delivery.pk)

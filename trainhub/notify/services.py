@@ -11,12 +11,11 @@ from __future__ import annotations
 import logging
 import time
 
-from django.conf import settings
 from django.db import transaction
-from django.urls import reverse
 
 from trainhub.jobs.models import FINAL, Job
 from trainhub.notify.models import NotificationDelivery, NotifySettings
+from trainhub.notify.outbox import payload
 from trainhub.notify.pool import POOL
 from workers.runner.config import Notify, SpecError
 
@@ -45,16 +44,6 @@ def plan(job: Job) -> list[tuple[str, str]]:
     if email:
         targets.append((Delivery.Channel.EMAIL, job.owner.email))
     return targets
-
-
-def payload(job: Job) -> dict:
-    base = getattr(settings, "TRAINHUB_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
-    return {"event": f"job.{job.status}", "id": job.pk, "name": job.name, "status": job.status,
-            "owner": job.owner.username, "pool": job.pool.name, "attempt": job.attempt,
-            "exit_code": job.exit_code, "error": job.error,
-            "started_at": job.started_at.isoformat() if job.started_at else None,
-            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-            "url": base + reverse("job_detail", args=[job.pk])}
 
 
 def enqueue(job_id: int) -> list[Delivery]:
