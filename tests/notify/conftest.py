@@ -14,7 +14,7 @@ BANNER = "SSH-2.0-OpenSSH_9.2 internal-db-7 ready"
 
 
 class Receiver:
-    def __init__(self, codes: list[int], delay: float = 0.0):
+    def __init__(self, codes: list[int], delay: float = 0.0, tls=None):
         self.codes = list(codes)  # answers for the first requests; 200 after that
         self.delay = delay  # seconds each answer takes
         self.requests: list[dict] = []
@@ -35,7 +35,9 @@ class Receiver:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        if tls is not None:  # an ssl.SSLContext for the server side
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.server.server_address[1]}/hook"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -48,8 +50,8 @@ class Receiver:
 def receiver():
     made: list[Receiver] = []
 
-    def make(codes=(), delay=0.0):
-        made.append(Receiver(list(codes), delay))
+    def make(codes=(), delay=0.0, tls=None):
+        made.append(Receiver(list(codes), delay, tls))
         return made[-1]
 
     yield make

@@ -3,6 +3,8 @@ refused at delivery time, on the address the name resolves to, unless an adminis
 the network; and the owner never sees what an internal service answered."""
 import ipaddress
 import socket
+import ssl
+import subprocess
 
 import pytest
 
@@ -90,6 +92,37 @@ def test_the_owner_sees_the_http_status_but_never_the_answer_or_the_network_erro
     assert "failed (HTTP 500)" in page and "failed (no HTTP answer)" in page
     for leak in (BANNER, "OpenSSH", "Connection refused", "Errno", "ConnectionRefusedError"):
         assert leak not in page, leak
+
+
+def _certificates(tmp_path):
+    """A test CA and a certificate from it for the name ``localhost`` only (openssl's command line)."""
+    def openssl(*args):
+        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "1",
+            "-subj", "/CN=TrainHub test CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "host.key", "-out", "host.csr", "-subj", "/CN=localhost")
+    (tmp_path / "san.ext").write_text("subjectAltName=DNS:localhost\n")
+    openssl("x509", "-req", "-in", "host.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "host.pem", "-days", "1", "-extfile", "san.ext")
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(tmp_path / "host.pem", tmp_path / "host.key")
+    return server, tmp_path / "ca.pem"
+
+
+def test_https_connects_to_the_checked_address_and_verifies_the_urls_host_name(running_job, receiver, settings,
+                                                                                 tmp_path, monkeypatch):
+    settings.TRAINHUB_WEBHOOK_ALLOWED_NETWORKS = ("127.0.0.0/8",)
+    settings.TRAINHUB_NOTIFY_TRIES = 1
+    server_tls, ca = _certificates(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # the client trusts the test CA (as it would a public one)
+    hook = receiver(tls=server_tls)
+    by_name = _finish_with_hook(running_job, hook.url.replace("127.0.0.1", "localhost"))
+    assert (by_name.status, by_name.result) == ("sent", "delivered (HTTP 200)")  # connected to 127.0.0.1, checked "localhost"
+    by_address = _finish_with_hook(running_job, hook.url)  # the certificate does not name 127.0.0.1
+    assert (by_address.status, by_address.result) == ("failed", "failed (no HTTP answer)")
+    assert "certificate" in by_address.last_error.lower()
+    assert len(hook.requests) == 1
 
 
 @pytest.mark.parametrize("text,refused", [
