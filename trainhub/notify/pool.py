@@ -16,13 +16,14 @@ import logging
 import threading
 
 from django.conf import settings
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 
 from trainhub.notify import outbox
 from trainhub.notify.models import NotificationDelivery as Delivery
 
 log = logging.getLogger(__name__)
 CHANNELS = (Delivery.Channel.WEBHOOK, Delivery.Channel.EMAIL)
+DB_ERRORS = (OperationalError, InterfaceError)
 
 
 def _size(channel: str) -> int:
@@ -86,10 +87,17 @@ class DeliveryPool:
                         continue
                     # one thread per channel polls; the others sleep until woken (or a minute)
                     wait = outbox.seconds_to_next(channel, poll if polls else 60.0)
-                except Exception:  # the database is away, say: keep the thread, try again later
-                    log.exception("notification delivery (%s) failed; trying again in %.0f s", channel, poll)
+                except DB_ERRORS as exc:  # the database is away: keep the thread, look again later
+                    log.warning("notification delivery (%s): database unavailable (%s); looking again in %.0f s",
+                                channel, exc, poll)
                     wait = poll
-                connection.close()  # an idle thread holds no database connection
+                except Exception:
+                    log.exception("notification delivery (%s) failed; looking again in %.0f s", channel, poll)
+                    wait = poll
+                try:
+                    connection.close()  # an idle thread holds no database connection
+                except DB_ERRORS:  # a broken connection may fail to close; it is dropped either way
+                    pass
                 wake.wait(max(wait, 0.02))
                 wake.clear()
         finally:
