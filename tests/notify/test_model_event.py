@@ -41,3 +41,16 @@ def test_a_move_that_is_not_final_notifies_nobody(running_job, receiver):
     services.wait_idle(30)
 
     assert not NotificationDelivery.objects.exists()
+
+
+def test_the_delivery_is_written_in_the_final_status_transaction_and_sent_after_it_commits(running_job, receiver):
+    hook = receiver()
+    job = running_job(spec={"notify": {"webhook": hook.url, "on": ["failed"]}})
+
+    with transaction.atomic():
+        assert job.transition(Status.FAILED, reason="exit code 1", exit_code=1)
+        row = NotificationDelivery.objects.get(job=job)  # already there, inside the transaction
+        assert (row.status, row.attempts, row.payload["status"], row.payload["exit_code"]) == ("pending", 0, "failed", 1)
+        assert not hook.requests  # nothing leaves before the commit
+    assert services.wait_idle(30)
+    assert [r["json"]["delivery_id"] for r in hook.requests] == [row.pk]
