@@ -118,7 +118,8 @@ def test_https_connects_to_the_checked_address_and_verifies_the_urls_host_name(r
     monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # the client trusts the test CA (as it would a public one)
     hook = receiver(tls=server_tls)
     by_name = _finish_with_hook(running_job, hook.url.replace("127.0.0.1", "localhost"))
-    assert (by_name.status, by_name.result) == ("sent", "delivered (HTTP 200)")  # connected to 127.0.0.1, checked "localhost"
+    # connected to 127.0.0.1, verified the certificate for "localhost"
+    assert (by_name.status, by_name.result) == ("sent", "delivered (HTTP 200)")
     by_address = _finish_with_hook(running_job, hook.url)  # the certificate does not name 127.0.0.1
     assert (by_address.status, by_address.result) == ("failed", "failed (no HTTP answer)")
     assert "certificate" in by_address.last_error.lower()

@@ -19,4 +19,5 @@ class NotifyConfig(AppConfig):
         job_finished.connect(on_job_finished, dispatch_uid="trainhub.notify.on_job_finished")
         # A worker delivers from the start, so retries left behind by a stopped process go out.
         worker_ready.connect(lambda **_: POOL.start(), weak=False, dispatch_uid="trainhub.notify.pool_start")
-        worker_shutting_down.connect(lambda **_: POOL.stop(timeout=0), weak=False, dispatch_uid="trainhub.notify.pool_stop")
+        worker_shutting_down.connect(lambda **_: POOL.stop(timeout=0), weak=False,
+                                     dispatch_uid="trainhub.notify.pool_stop")
