@@ -146,6 +146,20 @@ EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
 EMAIL_USE_SSL = envbool("EMAIL_USE_SSL", False)
 EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", 10, minimum=1)
 DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "trainhub@localhost")
+# Deliveries (docs/NOTIFICATIONS.md): tries per message, the first wait between them (doubling),
+# the webhook timeout, threads per channel and process, how often a process looks for retries
+# others left behind, and how long a try may hold a row before another process takes it over.
+TRAINHUB_NOTIFY_TRIES = envint("TRAINHUB_NOTIFY_TRIES", 5, minimum=1)
+TRAINHUB_NOTIFY_BACKOFF_SECONDS = envfloat("TRAINHUB_NOTIFY_BACKOFF_SECONDS", 1.0, minimum=0)
+TRAINHUB_NOTIFY_TIMEOUT_SECONDS = envfloat("TRAINHUB_NOTIFY_TIMEOUT_SECONDS", 10, minimum=1)
+TRAINHUB_NOTIFY_WEBHOOK_THREADS = envint("TRAINHUB_NOTIFY_WEBHOOK_THREADS", 4, minimum=1)
+TRAINHUB_NOTIFY_EMAIL_THREADS = envint("TRAINHUB_NOTIFY_EMAIL_THREADS", 2, minimum=1)
+TRAINHUB_NOTIFY_POLL_SECONDS = envfloat("TRAINHUB_NOTIFY_POLL_SECONDS", 5, minimum=0.1)
+TRAINHUB_NOTIFY_CLAIM_SECONDS = envfloat("TRAINHUB_NOTIFY_CLAIM_SECONDS", 120, minimum=1)
+# Webhooks go to public addresses only; these networks (IPs or CIDRs, comma-separated) are
+# allowed as well, for internal hooks, e.g. 10.20.0.0/16,127.0.0.1.
+TRAINHUB_WEBHOOK_ALLOWED_NETWORKS = parse_trusted_proxies(envstr("TRAINHUB_WEBHOOK_ALLOWED_NETWORKS", ""),
+                                                          "TRAINHUB_WEBHOOK_ALLOWED_NETWORKS")
 
 # Where job run directories (logs, events, checkpoints, artifacts) live on worker hosts.
 TRAINHUB_RUNS_DIR = Path(envstr("TRAINHUB_RUNS_DIR", str(VAR_DIR / "runs")))

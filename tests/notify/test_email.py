@@ -38,4 +38,4 @@ def test_an_owner_without_an_address_gets_a_recorded_failure_not_a_crash(running
     assert job_finish(job, Outcome("succeeded", 0, "exit 0"))
     services.wait_idle(30)
     delivery = NotificationDelivery.objects.get(job=job)
-    assert delivery.status == "failed" and delivery.attempts == 1 and "no e-mail address" in delivery.last_error
+    assert delivery.status == "failed" and delivery.attempts == 1 and "no e-mail address" in delivery.result

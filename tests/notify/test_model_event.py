@@ -6,6 +6,8 @@ from trainhub.jobs.models import Status
 from trainhub.notify import services
 from trainhub.notify.models import NotificationDelivery
 
+pytestmark = pytest.mark.usefixtures("allow_local_hooks")  # the receiver listens on 127.0.0.1
+
 
 def test_a_final_transition_made_on_the_model_alone_notifies(running_job, receiver):
     hook = receiver()
@@ -39,3 +41,17 @@ def test_a_move_that_is_not_final_notifies_nobody(running_job, receiver):
     services.wait_idle(30)
 
     assert not NotificationDelivery.objects.exists()
+
+
+def test_the_delivery_is_written_in_the_final_status_transaction_and_sent_after_it_commits(running_job, receiver):
+    hook = receiver()
+    job = running_job(spec={"notify": {"webhook": hook.url, "on": ["failed"]}})
+
+    with transaction.atomic():
+        assert job.transition(Status.FAILED, reason="exit code 1", exit_code=1)
+        row = NotificationDelivery.objects.get(job=job)  # already there, inside the transaction
+        assert (row.status, row.attempts) == ("pending", 0)
+        assert (row.payload["status"], row.payload["exit_code"]) == ("failed", 1)
+        assert not hook.requests  # nothing leaves before the commit
+    assert services.wait_idle(30)
+    assert [r["json"]["delivery_id"] for r in hook.requests] == [row.pk]

@@ -35,3 +35,15 @@ def test_email_without_an_address_is_refused(user_client):
 
 def test_the_page_needs_a_login(client):
     assert client.get("/notifications/").status_code == 302
+
+
+def test_a_webhook_at_an_internal_ip_address_is_refused_on_the_field(user_client, user, settings):
+    settings.TRAINHUB_WEBHOOK_ALLOWED_NETWORKS = ()
+    for url in ("http://169.254.169.254/latest", "http://10.0.0.5:8080/hook", "http://[::1]/hook"):
+        response = user_client.post("/notifications/", {"webhook_url": url, "events": ["failed"]})
+        assert response.status_code == 422, url
+        assert b"webhooks go to public addresses only" in response.content
+    assert not NotifySettings.objects.filter(user=user).exists()
+    settings.TRAINHUB_WEBHOOK_ALLOWED_NETWORKS = ("10.0.0.0/8",)  # an internal network the admin allowed
+    assert user_client.post("/notifications/", {"webhook_url": "http://10.0.0.5:8080/hook",
+                                                "events": ["failed"]}).status_code == 302

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.slow
 
 def test_the_webhook_fires_when_a_job_succeeds_on_a_worker(start_worker, cpu_pool, user_client, receiver):
     hook = receiver()
-    worker = start_worker("cpu")
+    worker = start_worker("cpu", extra_env={"TRAINHUB_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8"})  # the receiver
     spec = {"name": "tiny", "data": {"dataset": "synthetic", "samples": 64}, "train": {"epochs": 1},
             "notify": {"webhook": hook.url, "on": ["succeeded", "failed"]}}
     response = user_client.post("/api/jobs", spec, content_type="application/json")

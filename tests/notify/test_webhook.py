@@ -1,10 +1,14 @@
 """A finished job POSTs its result to the owner's (or the spec's) webhook, retrying with backoff."""
 import socket
 
+import pytest
+
 from trainhub.runs.lifecycle import Outcome, job_finish
 from trainhub.jobs.models import Job
 from trainhub.notify import services
 from trainhub.notify.models import NotificationDelivery, NotifySettings
+
+pytestmark = pytest.mark.usefixtures("allow_local_hooks")  # the receivers listen on 127.0.0.1
 
 
 def _finish(job, status="succeeded", exit_code=0, reason="exit 0"):

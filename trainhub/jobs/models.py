@@ -5,7 +5,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
-from trainhub.jobs.signals import job_finished
+from trainhub.jobs.signals import job_finished, job_finishing
 from trainhub.pools.models import Worker, WorkerPool
 from workers.runner.config import JobSpec, parse_spec
 
@@ -146,7 +146,8 @@ class Job(models.Model):
         A compare-and-set on the row: returns False, changing nothing, when the row is no
         longer in the expected status (someone else moved it first). Every successful
         transition writes a ``JobEvent``. ``fields`` are updated in the same statement. A final
-        status sends ``signals.job_finished`` once the transaction commits.
+        status sends ``signals.job_finishing`` inside the transaction and ``signals.job_finished``
+        once it commits.
         """
         old = expect or self.status
         if new not in TRANSITIONS.get(old, ()):
@@ -165,6 +166,7 @@ class Job(models.Model):
             JobEvent.objects.create(job_id=self.pk, old=old, new=new, reason=reason[:2000],
                                     actor=actor if getattr(actor, "pk", None) else None, at=now)
             if new in FINAL:  # on commit: a rolled-back final status tells nobody
+                job_finishing.send(sender=Job, job_id=self.pk)  # same transaction: outbox rows
                 transaction.on_commit(lambda: job_finished.send(sender=Job, job=self))
         self.status = new
         for key, value in fields.items():

@@ -10,6 +10,7 @@ class NotifySettingsAdmin(admin.ModelAdmin):
 
 @admin.register(NotificationDelivery)
 class NotificationDeliveryAdmin(admin.ModelAdmin):
-    list_display = ("job", "channel", "target", "event", "status", "attempts", "updated_at")
+    list_display = ("job", "channel", "target", "event", "status", "attempts", "result", "next_attempt_at",
+                    "updated_at")
     list_filter = ("channel", "status")
     raw_id_fields = ("job",)

@@ -27,6 +27,9 @@ class NotifySettings(models.Model):
 
 
 class NotificationDelivery(models.Model):
+    """One message to one target: an outbox row, written in the transaction of the final status
+    and delivered (with retries) by the delivery pool of any TrainHub process (``notify/pool.py``)."""
+
     class Channel(models.TextChoices):
         WEBHOOK = "webhook"
         EMAIL = "email"
@@ -35,6 +38,7 @@ class NotificationDelivery(models.Model):
         PENDING = "pending"
         SENT = "sent"
         FAILED = "failed"
+        REFUSED = "refused", "refused (address not allowed)"
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="notifications")
     channel = models.CharField(max_length=10, choices=Channel.choices)
@@ -42,12 +46,21 @@ class NotificationDelivery(models.Model):
     event = models.CharField(max_length=12)
     status = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
     attempts = models.PositiveIntegerField(default=0)
-    last_error = models.TextField(blank=True)
+    payload = models.JSONField(default=dict, help_text="what is sent, fixed when the final status committed")
+    next_attempt_at = models.DateTimeField(default=timezone.now, help_text="when the next try is due")
+    claimed_until = models.DateTimeField(null=True, blank=True,
+                                         help_text="a delivering process holds it until then; after, anyone may")
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    result = models.CharField(max_length=200, blank=True,
+                              help_text="what the owner sees: delivered / failed (HTTP status) / refused")
+    last_error = models.TextField(blank=True, help_text="details for administrators only")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["-id"]
+        verbose_name_plural = "notification deliveries"
+        indexes = [models.Index(fields=["status", "channel", "next_attempt_at"], name="notify_due")]
 
     def __str__(self) -> str:
         return f"{self.channel} for job {self.job_id}: {self.status}"
