@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import shlex
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
-from trainhub.jobs.forms import DEFAULT_NAMES, JobForm, initial_from_spec, mode_initial, spec_from_fields
+from trainhub.jobs.forms import DEFAULT_NAMES, SPEC_FILE_LIMIT, JobForm, initial_from_spec, mode_initial, spec_from_fields
 from trainhub.jobs.job_templates import template_save, templates_of
+from trainhub.jobs.models import WAITING
 from trainhub.jobs.services import job_clone_spec, job_submit, spec_validate
 from trainhub.jobs.views import int_param, job_for_user
 from trainhub.pools.models import WorkerPool
@@ -85,10 +87,22 @@ def job_new(request: HttpRequest) -> HttpResponse:
     return render(request, "jobs/new.html", _context(request, form, source_template=initial.get("template_name")))
 
 
+def _upload_as_text(request: HttpRequest):
+    """POST data with an uploaded spec's text in the YAML field, so a refused upload stays on the page
+    (a browser cannot refill a file input). Files over the size limit stay uploads, to be refused as such."""
+    upload = request.FILES.get("spec_file")
+    if upload is None or request.POST.get("spec_yaml", "").strip() or upload.size > SPEC_FILE_LIMIT:
+        return request.POST, request.FILES
+    data = request.POST.copy()
+    data["spec_yaml"] = upload.read().decode("utf-8", "replace")
+    return data, {}
+
+
 def _post(request: HttpRequest, pools: list[str]) -> HttpResponse:
     action = request.POST.get("action", "submit")
-    form = JobForm(request.POST, request.FILES, pools=pools)
-    uses_text = bool(request.POST.get("spec_yaml", "").strip() or request.FILES.get("spec_file"))
+    post, files = _upload_as_text(request)
+    form = JobForm(post, files, pools=pools)
+    uses_text = bool(post.get("spec_yaml", "").strip() or files.get("spec_file"))
     if request.GET.get("validate"):
         return _validate(request, form)
     if action == "to_form":
@@ -104,6 +118,9 @@ def _post(request: HttpRequest, pools: list[str]) -> HttpResponse:
             return redirect(f"/templates/?saved={saved.pk}")
         if action != "to_yaml":
             job = job_submit(owner=request.user, data=data)
+            warning = WAITING["pool"](job.pool)
+            if warning:
+                messages.warning(request, f"Job submitted, but {warning}.")
             return redirect("job_detail", job_id=job.pk)
     except SpecError as exc:
         form.add_spec_errors(exc.errors)
@@ -145,7 +162,9 @@ def _validate(request: HttpRequest, form: JobForm) -> HttpResponse:
     for name, messages in form.errors.items():
         errors[name] = list(messages)
     shown = [(n, errors.get(n, [])) for n in form.fields if n not in ("extra", "spec_file")]
+    pool = WorkerPool.objects.filter(name=(data or {}).get("pool") or form.cleaned_data.get("pool") or "").first()
     context = {"form": form, "fields": shown, "non_field": errors.get("__all__", []),
+               "pool_warning": WAITING["pool"](pool) if pool else "",
                "preview_yaml": dump_yaml(data) if preview and data is not None else "",
                "commands": run_locally(preview) if preview else []}
     return render(request, "jobs/new.html#validation", context)
