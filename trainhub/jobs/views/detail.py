@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from trainhub.jobs import runfiles
+from trainhub.jobs.failure import failure_of
 from trainhub.jobs.models import Job
 from trainhub.jobs.services import job_cancel, job_resume_from
 from trainhub.jobs.views import job_for_user
@@ -27,7 +28,7 @@ def fragment_context(job: Job, name: str) -> dict:
         return {"job": job, "events": job.events.select_related("actor")}
     if name == "files":
         return {"job": job, "checkpoints": runfiles.checkpoints(job.pk), "artifacts": runfiles.artifacts(job.pk)}
-    return {"job": job}
+    return {"job": job, "failure": failure_of(job)}
 
 
 @login_required
@@ -39,7 +40,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         if fragment not in FRAGMENTS:
             raise Http404("unknown fragment")
         return render(request, f"jobs/detail.html#{fragment}", fragment_context(job, fragment))
-    context = {**fragment_context(job, "history"), **fragment_context(job, "files"), **log_window(request, job),
+    context = {**fragment_context(job, "status"), **fragment_context(job, "history"), **fragment_context(job, "files"), **log_window(request, job),
                "spec_yaml": dump_yaml(job.spec), "no_error": request.GET.get("no_error")}
     return render(request, "jobs/detail.html", context)
 
