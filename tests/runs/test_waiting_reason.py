@@ -88,3 +88,19 @@ def test_the_job_page_and_the_list_show_the_reason(user_client, api, cpu_pool):
     page = user_client.get(f"/jobs/{created['id']}").content.decode()
     assert "no worker of pool cpu is online" in page
     assert "no worker of pool cpu is online" in user_client.get("/").content.decode()
+
+
+def test_the_list_gives_each_queued_job_the_same_reason_as_its_own_page(user_client, user, api, cpu_pool,
+                                                                        django_user_model):
+    from trainhub.jobs.services import job_submit
+
+    Worker.objects.create(hostname="w@test", pool=cpu_pool, threads=1)
+    bob = django_user_model.objects.create_user("bob")
+    for owner in (user, user, bob, user, bob):
+        job_submit(owner=owner, data=TINY)
+    user.is_staff = True  # the list then shows everyone's jobs
+    user.save()
+    listed = {j.pk: j.list_reason for j in user_client.get("/").context["jobs"]}
+    assert len(listed) == 5
+    assert listed == {j.pk: j.waiting_reason for j in Job.objects.filter(pk__in=listed)}
+    assert sorted(listed.values())[0] == "#1 in the queue of pool cpu"

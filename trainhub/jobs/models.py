@@ -31,7 +31,8 @@ QUEUE_ORDER = ("-priority", "id")
 #: why a queued job waits ("job": job -> sentence) and what a submitter to a pool should know first
 #: ("pool": pool -> sentence or ""); ``trainhub.runs.waiting`` fills them in when its app is ready,
 #: since the claim order and the pools' state are that package's to know
-WAITING = {"job": lambda job: "", "pool": lambda pool: ""}
+#: ("jobs": a page of jobs -> {id: sentence}, in a fixed number of queries, for the job list)
+WAITING = {"job": lambda job: "", "pool": lambda pool: "", "jobs": lambda jobs: {}}
 
 #: old status -> the statuses it may move to
 TRANSITIONS: dict[str, frozenset[str]] = {

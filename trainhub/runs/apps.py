@@ -8,6 +8,6 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         from trainhub.jobs import models
-        from trainhub.runs.waiting import pool_warning, waiting_reason
+        from trainhub.runs.waiting import pool_warning, waiting_reason, waiting_reasons
 
-        models.WAITING.update(job=waiting_reason, pool=pool_warning)
+        models.WAITING.update(job=waiting_reason, pool=pool_warning, jobs=waiting_reasons)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.db.models import Count
 from django.utils import timezone
 
 from trainhub.jobs.models import Job, Status
@@ -79,3 +80,57 @@ def waiting_reason(job: Job) -> str:
         if all(slots_used(w) >= min(pool.slots_per_worker, w.threads or pool.slots_per_worker) for w in workers):
             return f"#{job.queue_position()} in the queue of pool {pool.name}: every worker is busy"
     return f"#{job.queue_position()} in the queue of pool {pool.name}"
+
+
+def waiting_reasons(jobs: list[Job]) -> dict[int, str]:
+    """``waiting_reason`` for a page of jobs in a fixed number of queries (the job list).
+
+    The pool's state, its online workers, a backend's reason, the owner's running cap and the
+    estimated queue place (the same estimate as ``Job.queue_position``); the GPU-fit reasons need
+    each worker's leases and are left to the job's own page."""
+    queued = [j for j in jobs if j.status == Status.QUEUED]
+    if not queued:
+        return {}
+    pool_ids = {j.pool_id for j in queued}
+    since = timezone.now() - offline_after()
+    online = dict(Worker.objects.filter(pool_id__in=pool_ids, last_heartbeat__gte=since).values("pool_id")
+                  .annotate(n=Count("id")).values_list("pool_id", "n"))
+    rows = list(Job.objects.filter(pool_id__in=pool_ids, status__in=(Status.QUEUED, Status.RUNNING, Status.CANCELLING))
+                .values_list("pk", "pool_id", "owner_id", "priority", "status"))
+    running: dict[tuple[int, int], int] = {}
+    waiting: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for pk, pool_id, owner_id, priority, status in rows:
+        if status == Status.QUEUED:
+            waiting.setdefault((pool_id, owner_id), []).append((-priority, pk))
+        else:
+            running[pool_id, owner_id] = running.get((pool_id, owner_id), 0) + 1
+    reasons = {}
+    for job in queued:
+        pool = job.pool
+        if pool.state != WorkerPool.State.ENABLED or not online.get(pool.pk):
+            reasons[job.pk] = pool_warning(pool) if pool.state != WorkerPool.State.ENABLED else (
+                f"no worker of pool {pool.name} is online: the job waits until one starts")
+            continue
+        backend = BACKEND_REASONS.get(pool.backend)
+        said = backend(job) if backend else ""
+        mine_running = running.get((pool.pk, job.owner_id), 0)
+        exempt = job.owner.is_staff or job.owner.is_superuser
+        if said:
+            reasons[job.pk] = said
+        elif pool.max_running_per_user and mine_running >= pool.max_running_per_user and not exempt:
+            reasons[job.pk] = f"your limit of {pool.max_running_per_user} running job(s) in pool {pool.name} is reached"
+        else:
+            reasons[job.pk] = f"#{_place(job, waiting, running)} in the queue of pool {pool.name}"
+    return reasons
+
+
+def _place(job: Job, waiting: dict, running: dict) -> int:
+    """``Job.queue_position``'s estimate from rows already read."""
+    key = (-job.priority, job.pk)
+    mine = sum(1 for other in waiting.get((job.pool_id, job.owner_id), []) if other < key) + 1
+    turn = running.get((job.pool_id, job.owner_id), 0) + mine
+    ahead = 0
+    for (pool_id, owner_id), queue in waiting.items():
+        if pool_id == job.pool_id and owner_id != job.owner_id:
+            ahead += min(len(queue), max(0, turn - 1 - running.get((pool_id, owner_id), 0)))
+    return mine + ahead
