@@ -6,6 +6,7 @@ stream (``stream.py``) sends the same HTML when the section changes.
 """
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -28,7 +29,7 @@ def fragment_context(job: Job, name: str) -> dict:
         return {"job": job, "events": job.events.select_related("actor")}
     if name == "files":
         return {"job": job, "checkpoints": runfiles.checkpoints(job.pk), "artifacts": runfiles.artifacts(job.pk)}
-    return {"job": job, "failure": failure_of(job)}
+    return {"job": job, "failure": failure_of(job), "grace": settings.TRAINHUB_GRACE_SECONDS}
 
 
 @login_required
@@ -52,7 +53,7 @@ def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
     job_cancel(job, actor=request.user)
     job.refresh_from_db()
     if request.htmx:
-        return render(request, "jobs/detail.html#status", {"job": job})
+        return render(request, "jobs/detail.html#status", fragment_context(job, "status"))
     return redirect("job_detail", job_id=job.pk)
 
 

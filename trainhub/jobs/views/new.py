@@ -2,6 +2,7 @@
 YAML tab that round-trips with the form, FedML upload, clone, templates, "run locally" hint."""
 from __future__ import annotations
 
+import json
 import shlex
 
 from django.contrib import messages
@@ -13,7 +14,8 @@ from django.views.decorators.http import require_http_methods
 from trainhub.jobs.forms import DEFAULT_NAMES, SPEC_FILE_LIMIT, JobForm, initial_from_spec, mode_initial, spec_from_fields
 from trainhub.jobs.job_templates import template_save, templates_of
 from trainhub.jobs.models import WAITING
-from trainhub.jobs.services import job_clone_spec, job_submit, spec_validate
+from trainhub.jobs import runfiles
+from trainhub.jobs.services import job_clone_spec, job_resume_spec, job_submit, spec_validate
 from trainhub.jobs.views import int_param, job_for_user
 from trainhub.pools.models import WorkerPool
 from workers.runner.config import MODES, JobSpec, SpecError, dump_yaml, parse_spec
@@ -57,6 +59,22 @@ def _context(request, form: JobForm, tab: str = "form", **extra) -> dict:
             "preview_yaml": preview_yaml, "commands": commands, **extra}
 
 
+def _hidden_settings(initial: dict) -> list[str]:
+    """The settings a clone (or template) carries that the form has no field for: "path = value"."""
+    try:
+        extra = json.loads(initial.get("extra") or "{}")
+    except ValueError:
+        return []
+
+    def flat(value, prefix=""):
+        if isinstance(value, dict) and value:
+            for key, inner in value.items():
+                yield from flat(inner, f"{prefix}{key}.")
+        else:
+            yield f"{prefix[:-1]} = {json.dumps(value)}"
+    return list(flat(extra)) if isinstance(extra, dict) else []
+
+
 def _pools(user) -> list[str]:
     """Pools this user may submit to now (the spec check says why any other is refused)."""
     pools = WorkerPool.objects.filter(enabled=True).prefetch_related("groups")
@@ -78,13 +96,21 @@ def job_new(request: HttpRequest) -> HttpResponse:
         return render(request, "jobs/new.html#mode-fields", {"form": form, "new_name": new_name})
     initial = {"pool": pools[0] if pools else "cpu"}
     clone, template = int_param(request.GET.get("clone")), int_param(request.GET.get("template"))
+    resume = ""
     if clone:
-        initial = initial_from_spec(job_clone_spec(job_for_user(request, clone)))
+        source = job_for_user(request, clone)
+        checkpoint = request.GET.get("checkpoint", "")
+        if checkpoint and checkpoint in {c["name"] for c in runfiles.checkpoints(source.pk)}:
+            initial = initial_from_spec(job_resume_spec(source, checkpoint))
+            resume = f"checkpoint {checkpoint} of job #{source.pk} {source.name}"
+        else:
+            initial = initial_from_spec(job_clone_spec(source))
     elif template:
         source = get_object_or_404(templates_of(request.user), pk=template)
         initial = {**initial_from_spec(source.spec), "template_name": source.name}
     form = JobForm(initial={**mode_initial(initial.get("mode", DEFAULT_MODE)), **initial}, pools=pools)
-    return render(request, "jobs/new.html", _context(request, form, source_template=initial.get("template_name")))
+    return render(request, "jobs/new.html", _context(request, form, source_template=initial.get("template_name"),
+                                                     resume=resume, hidden=_hidden_settings(initial)))
 
 
 def _upload_as_text(request: HttpRequest):
