@@ -47,3 +47,19 @@ def test_a_clone_names_the_settings_the_form_cannot_show(user_client, job):
                     "train.max_grad_norm = 1.0"):
         assert setting in hidden
     assert "YAML" in hidden
+
+
+def test_the_first_eta_counts_the_pace_since_the_first_step_not_the_start_up(user_client, job):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from trainhub.jobs.models import Metric
+
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk).update(status="running", started_at=now - timedelta(seconds=60), step=20,
+                                         total_steps=100)
+    # 50 s of start-up, then step 10 at -10 s and step 20 now: one second a step, 80 steps left
+    Metric.objects.create(job=job, step=10, name="loss", value=1.0, at=now - timedelta(seconds=10))
+    data = user_client.get(f"/jobs/{job.pk}/metrics.json").json()
+    assert 75 < data["eta_seconds"] < 90  # not 240 (60 s / 20 steps x 80)

@@ -164,15 +164,30 @@ def _metrics_payload(job: Job, after: int) -> dict:
         s = series.setdefault(name, {"steps": [], "values": []})
         s["steps"].append(step)
         s["values"].append(value)
-    return {"series": series, **progress_payload(job), "at": timezone.now().isoformat()}
+    return {"series": series, **progress_payload(job, first_point(job) if job.is_active else None), "at": timezone.now().isoformat()}
 
 
-def progress_payload(job: Job) -> dict:
-    """Status, steps, elapsed time and ETA: metrics.json and the live stream's ``progress`` event."""
+def first_point(job: Job):
+    """(step, when) of this attempt's first metric point, through the (job, name, step) index."""
+    name = Metric.objects.filter(job_id=job.pk).values_list("name", flat=True).first()
+    if name is None or job.started_at is None:
+        return None
+    return (Metric.objects.filter(job_id=job.pk, name=name, at__gte=job.started_at).order_by("step")
+            .values_list("step", "at").first())
+
+
+def progress_payload(job: Job, first=None) -> dict:
+    """Status, steps, elapsed time and ETA: metrics.json and the live stream's ``progress`` event.
+    ``first``: ``first_point(job)``, read by the caller (the live stream reads it in its thread)."""
     elapsed = (job.duration.total_seconds() if job.duration else None)
     eta = None
     if elapsed and job.step and job.total_steps and job.is_active:
         eta = elapsed / job.step * max(0, job.total_steps - job.step)
+        if first is not None and job.step > first[0]:
+            # the pace since the first reported step: start-up (imports, data loading) is not a
+            # step's cost, and counting it made the first estimates several times too long
+            pace = (timezone.now() - first[1]).total_seconds() / (job.step - first[0])
+            eta = pace * max(0, job.total_steps - job.step)
     return {"status": job.status, "active": job.is_active, "step": job.step, "total_steps": job.total_steps,
             "elapsed_seconds": elapsed, "eta_seconds": eta}
 
