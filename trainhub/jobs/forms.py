@@ -160,6 +160,8 @@ class JobForm(forms.Form):
             if name in OPTIONAL:
                 self.fields[name].required = False  # left empty: the spec model's default
             _typed_as_text(self.fields[name])
+        if "workspace" in self.fields:
+            self.fields["workspace"] = _workspace_field(self.fields["workspace"].initial)
         if "mode" in self.fields:  # picking a mode swaps in that mode's fields (htmx), defaults filled
             self.fields["mode"].widget.attrs.update({
                 "hx-get": "/jobs/new?fragment=mode-fields", "hx-target": "#mode-fields", "hx-swap": "outerHTML",
@@ -196,6 +198,18 @@ class JobForm(forms.Form):
                 self.add_error(field, message)
             else:
                 self.add_error("spec_yaml" if text else None, f"{path}: {message}")
+
+
+def _workspace_field(initial) -> forms.Field:
+    """The registered workspaces to pick from (free text only while none is registered)."""
+    from trainhub.pools.models import Workspace
+
+    names = list(Workspace.objects.order_by("name").values_list("name", flat=True))
+    if not names:
+        return forms.CharField(initial=initial, help_text="no workspace is registered yet: an administrator adds "
+                                                          "one (Admin → Workspaces) with the directory of your code")
+    return forms.ChoiceField(choices=[("", "— pick a workspace —")] + [(n, n) for n in names], initial=initial,
+                             help_text="a directory of your team's code an administrator registered")
 
 
 def _typed_as_text(field: forms.Field) -> None:

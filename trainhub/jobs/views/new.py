@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shlex
 
+from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -17,7 +19,7 @@ from trainhub.jobs.models import WAITING
 from trainhub.jobs import runfiles
 from trainhub.jobs.services import job_clone_spec, job_resume_spec, job_submit, spec_validate
 from trainhub.jobs.views import int_param, job_for_user
-from trainhub.pools.models import WorkerPool
+from trainhub.pools.models import Workspace, WorkerPool
 from workers.runner.config import MODES, JobSpec, SpecError, dump_yaml, parse_spec
 from workers.runner.modes import DEFAULT_MODE
 
@@ -29,16 +31,21 @@ def run_locally(spec: JobSpec) -> list[str]:
     if spec.workload == "script":
         target = spec.script.entry if spec.script.entry.endswith(".py") else f"-m {spec.script.entry}"
         args = shlex.join(spec.script.args)
+        where = Workspace.objects.filter(name=spec.script.workspace).values_list("path", flat=True).first()
+        cd = f"cd {shlex.quote(where)}" if where else f"cd <the directory of workspace {spec.script.workspace}>"
+        venv = shlex.quote(str(settings.BASE_DIR / ".venv" / "bin"))  # the workspace is elsewhere: a full path
         if many:
-            return [f"cd <workspace {spec.script.workspace}> && torchrun --standalone --nproc-per-node "
-                    f"{r.procs_per_node} {target} {args}".rstrip(), "trainhub submit job.yaml --follow"]
-        return [f"cd <workspace {spec.script.workspace}> && python {target} {args}".rstrip(),
-                "trainhub submit job.yaml --follow"]
+            return [f"{cd} && {venv}/torchrun --standalone --nproc-per-node "
+                    f"{r.procs_per_node} {target} {args}".rstrip(), ".venv/bin/trainhub submit job.yaml --follow"]
+        return [f"{cd} && {venv}/python {target} {args}".rstrip(),
+                ".venv/bin/trainhub submit job.yaml --follow"]
+    # from the repository's directory, with its virtualenv (a bare `python` lacks torch)
     if many:
-        local = f"torchrun --standalone --nproc-per-node {r.procs_per_node} -m workers.runner --config job.yaml"
+        local = (f".venv/bin/torchrun --standalone --nproc-per-node {r.procs_per_node} -m workers.runner "
+                 f"--config job.yaml")
     else:
-        local = "python -m workers.runner --config job.yaml"
-    return [local, "trainhub submit job.yaml --follow"]
+        local = ".venv/bin/python -m workers.runner --config job.yaml"
+    return [local, ".venv/bin/trainhub submit job.yaml --follow"]
 
 
 def _context(request, form: JobForm, tab: str = "form", **extra) -> dict:
@@ -187,6 +194,9 @@ def _validate(request: HttpRequest, form: JobForm) -> HttpResponse:
             form.add_spec_errors(exc.errors)
     for name, messages in form.errors.items():
         errors[name] = list(messages)
+    if request.GET.get("quiet"):  # a check on load, before any input: an empty field is not an error yet
+        required = str(forms.Field.default_error_messages["required"])
+        errors = {name: [m for m in found if m != required] for name, found in errors.items()}
     shown = [(n, errors.get(n, [])) for n in form.fields if n not in ("extra", "spec_file")]
     pool = WorkerPool.objects.filter(name=(data or {}).get("pool") or form.cleaned_data.get("pool") or "").first()
     context = {"form": form, "fields": shown, "non_field": errors.get("__all__", []),
