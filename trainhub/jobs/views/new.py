@@ -121,10 +121,11 @@ def job_new(request: HttpRequest) -> HttpResponse:
 
 
 def _upload_as_text(request: HttpRequest):
-    """POST data with an uploaded spec's text in the YAML field, so a refused upload stays on the page
-    (a browser cannot refill a file input). Files over the size limit stay uploads, to be refused as such."""
+    """POST data with an uploaded spec's text in the YAML field (an upload wins over the text, as it
+    always did), so a refused upload stays on the page: a browser cannot refill a file input.
+    Files over the size limit stay uploads, to be refused as such."""
     upload = request.FILES.get("spec_file")
-    if upload is None or request.POST.get("spec_yaml", "").strip() or upload.size > SPEC_FILE_LIMIT:
+    if upload is None or upload.size > SPEC_FILE_LIMIT:
         return request.POST, request.FILES
     data = request.POST.copy()
     data["spec_yaml"] = upload.read().decode("utf-8", "replace")
