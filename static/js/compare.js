@@ -31,7 +31,7 @@
     el.className = "chart";
     el.dataset.metric = metric;
     box.appendChild(el);
-    var wide = metrics.length === 1 ? box.clientWidth - 16 : Math.min(560, box.clientWidth / 2 - 16);
+    var wide = metrics.length === 1 ? box.clientWidth - 16 : Math.min(560, box.clientWidth / 2 - 32);
     new uPlot({ title: metric, width: Math.max(300, wide), height: metrics.length === 1 ? 360 : 240,
                 scales: { x: { time: false } },
                 axes: [{ label: "step", stroke: axis, grid: { stroke: grid } }, { size: 60, stroke: axis, grid: { stroke: grid } }],
