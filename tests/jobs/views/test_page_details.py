@@ -63,3 +63,12 @@ def test_the_admin_cannot_edit_a_jobs_status(client, django_user_model, cpu_pool
         assert f'name="{field}"' not in page
     client.post(f"/admin/jobs/job/{job.pk}/change/", {"name": "j", "priority": 0, "status": "succeeded"})
     assert Job.objects.get(pk=job.pk).status == "queued"
+
+
+def test_a_refused_yaml_lists_each_field_on_its_own_line(user_client, cpu_pool):
+    text = "name: x\npool: cpu\ntrain: {lr: -1, epocs: 2}\ndata: {batch_size: 0}\n"
+    html = user_client.post("/jobs/new", {"spec_yaml": text, "action": "submit"}).content.decode()
+    box = html[html.index('id="err-spec_yaml"'):]
+    box = box[:box.index("</label>")]
+    messages = box.count('<span class="msg">')
+    assert messages >= 3 and "train.lr" in box and "train.epocs" in box and "data.batch_size" in box
