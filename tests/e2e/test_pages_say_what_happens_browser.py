@@ -127,6 +127,7 @@ def test_compare_starts_from_the_list_overlays_shared_metrics_and_diffs_the_sett
     page.get_by_label(f"Select job {b.pk}").check()
     page.get_by_role("button", name="Compare selected").click()
     expect(page.locator("#compare-chart figure.chart")).to_have_count(2)  # accuracy and loss, both jobs on each
+    assert page.url.endswith(f"/jobs/compare?ids={b.pk},{a.pk}")  # the ids alone: no CSRF token in a URL
     assert sorted(page.locator("#compare-chart figure.chart").evaluate_all("fs => fs.map(f => f.dataset.metric)")) \
         == ["accuracy", "loss"]
     expect(page.locator("#config-diff")).to_contain_text("train.lr")
