@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 
 from trainhub.api import errors as api_errors
 from trainhub.api.views import api
@@ -8,6 +10,7 @@ from trainhub.core.login import LoginView, admin_login
 
 urlpatterns = [
     path("login", LoginView.as_view(), name="login"),
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("logout", auth_views.LogoutView.as_view(), name="logout"),
     # The admin's own log-in form would bypass the rate limit: served by ours, rate-limited alike.
     path("admin/login/", admin_login, name="admin_login"),

@@ -9,6 +9,38 @@
   var eta = document.getElementById("job-eta");
   var url = card.dataset.metricsUrl;
   var data = {}, charts = {};
+  var summary = document.getElementById("metric-summary");
+  // axis labels in the page's own text colour: readable in the dark theme as in the light one
+  var ink = getComputedStyle(document.body).color;
+  var grid = getComputedStyle(document.documentElement).getPropertyValue("--line").trim() || "#ddd";
+  var LOWER = /loss|err|perplex|ppl|mse|mae|rmse|wer|cer/i, HIGHER = /acc|f1|auc|precision|recall|bleu|rouge|score|iou|map/i;
+
+  function fmt(v) { return v == null ? "–" : String(+v.toPrecision(4)); }
+
+  function summarize() {
+    if (!summary) return;
+    var rows = Object.keys(data).sort().map(function (name) {
+      var d = data[name], n = d.values.length;
+      if (!n) return "";
+      var last = d.values[n - 1], best = null, at = null, lower = LOWER.test(name), higher = HIGHER.test(name);
+      if (lower || higher) {
+        for (var i = 0; i < n; i++) {
+          if (best === null || (lower ? d.values[i] < best : d.values[i] > best)) { best = d.values[i]; at = d.steps[i]; }
+        }
+      }
+      var dt = document.createElement("dt"); dt.textContent = name;
+      var dd = document.createElement("dd"); dd.textContent = fmt(last);
+      if (best !== null) {
+        var small = document.createElement("small");
+        small.textContent = " best " + fmt(best) + " @ step " + at;
+        dd.appendChild(small);
+      }
+      var div = document.createElement("div"); div.dataset.metric = name;
+      div.appendChild(dt); div.appendChild(dd);
+      return div;
+    }).filter(Boolean);
+    summary.replaceChildren.apply(summary, rows);
+  }
 
   function duration(s) {
     s = Math.round(s);
@@ -35,7 +67,7 @@
     return new uPlot({
       title: name, width: width, height: 220,
       scales: { x: { time: false } },
-      axes: [{ label: "step" }, { size: 60, values: function (u, vals) { return vals.map(function (v) { return v == null ? "" : +v.toPrecision(3); }); } }],
+      axes: [{ label: "step", stroke: ink, grid: { stroke: grid } }, { size: 60, stroke: ink, grid: { stroke: grid }, values: function (u, vals) { return vals.map(function (v) { return v == null ? "" : +v.toPrecision(3); }); } }],
       series: [{ label: "step" }, { label: name, stroke: "#3b5bdb", width: 1.5, points: { show: false } }],
     }, [data[name].steps, data[name].values], el);
   }
@@ -54,6 +86,7 @@
       if (!charts[name]) charts[name] = chart(name);
       else charts[name].setData([d.steps, d.values]);
     });
+    summarize();
   }
 
   document.addEventListener("job:metrics", function (e) { merge(e.detail.series); });

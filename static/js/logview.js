@@ -114,6 +114,8 @@
 
   function close() { if (source) { source.close(); source = null; } }
 
+  // The tail of the log opens at its end, where the outcome is (a finished job's "finished: …" line).
+  if (log.dataset.tail === "1") log.scrollTop = log.scrollHeight;
   if (log.dataset.live !== "1" || !window.EventSource) return;
   log.scrollTop = log.scrollHeight;
   if (button && following) {

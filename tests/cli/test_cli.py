@@ -130,3 +130,25 @@ def test_templates_save_list_and_start_with_overrides(trainhub, no_worker_needed
     assert trainhub("start", "nope").returncode == 3
     refused = trainhub("submit", str(path), "--set", "train.lr=-1")
     assert refused.returncode == 2 and "train.lr" in refused.stderr
+
+
+def test_submit_follow_says_why_the_job_waits_instead_of_hanging_silently(trainhub, no_worker_needed, tmp_path):
+    import threading
+    import time
+
+    from trainhub.jobs.services import job_cancel
+
+    result = {}
+    follower = threading.Thread(target=lambda: result.update(done=trainhub("submit", str(write_spec(tmp_path, SPEC)),
+                                                                          "--follow", timeout=90)))
+    follower.start()
+    deadline = time.monotonic() + 30
+    while not Job.objects.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # the follower has polled a few times while the job waits
+    job_cancel(Job.objects.get())
+    follower.join(90)
+    done = result["done"]
+    assert "warning: no worker of pool cpu is online" in done.stderr  # at submit
+    assert done.stderr.count("waits: no worker of pool cpu is online") == 1  # while following, once per change
+    assert done.returncode == 2 and "cancelled" in done.stderr

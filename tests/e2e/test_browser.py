@@ -40,6 +40,7 @@ def browser_page(live_settings, transactional_db, tmp_path):
                                      args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         page = browser.new_page(viewport={"width": 1280, "height": 860})
         page.set_default_timeout(30_000)
+        page.on("dialog", lambda dialog: dialog.accept())  # "Cancel job …?", "Revoke token …?": yes
         yield page
         browser.close()
 

@@ -80,6 +80,7 @@ def test_raising_slots_beyond_a_workers_threads_warns_how_to_fix_it(staff_client
 
 
 def test_a_queued_jobs_page_shows_its_place_in_the_pools_queue(user_client, user, cpu_pool):
+    Worker.objects.create(hostname="w@test", pool=cpu_pool)  # online: the place in the queue is the reason
     job_submit(owner=user, data=TINY)
     second = job_submit(owner=user, data=TINY)
     urgent = job_submit(owner=user, data={**TINY, "priority": 5})

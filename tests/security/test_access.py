@@ -14,6 +14,7 @@ PUBLIC = {
     "logout",                     # POST only; logs out whoever asks
     "api/openapi.json", "api/docs",  # the published API contract, no data
     "api/<path:rest>",            # 404 JSON for unknown API paths, for everyone
+    "favicon.ico",                # a redirect to the static icon
 }
 # Answers anonymous with 403, not a redirect: an EventSource cannot follow one to a form.
 STREAMS = {"jobs/<int:job_id>/logs/stream"}

@@ -21,6 +21,7 @@ class JobOut(Schema):
     step: int
     total_steps: int
     progress: float | None
+    waiting_reason: str = ""  # why a queued job has not started ("" once it has)
     spec: dict[str, Any]
 
     @staticmethod
@@ -42,6 +43,7 @@ class Created(Schema):
     id: int
     status: str
     url: str
+    warning: str = ""  # e.g. no worker of the job's pool is online: it is queued, but will wait
 
 
 class SpecErrors(Schema):
@@ -77,6 +79,7 @@ class LogPage(Schema):
     job_status: str
     step: int
     total_steps: int
+    waiting_reason: str = ""
 
 
 class MetricPoint(Schema):

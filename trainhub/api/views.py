@@ -10,6 +10,7 @@ from trainhub.api.views_common import job_for
 from trainhub.jobs import logs
 from trainhub.jobs.models import Status as JobStatus
 from trainhub.jobs.services import job_cancel, job_submit, jobs_visible_to
+from trainhub.runs.waiting import pool_warning
 
 
 class BearerToken(HttpBearer):
@@ -31,7 +32,8 @@ _job = job_for
 @api.post("/jobs", response=responses({201: Created}), summary="Submit a job spec")
 def create_job(request, spec: dict = Body(..., description="the job spec (see docs/SPEC.md)")):
     job = job_submit(owner=request.auth, data=spec)
-    return Status(201, {"id": job.pk, "status": job.status, "url": f"/jobs/{job.pk}"})
+    return Status(201, {"id": job.pk, "status": job.status, "url": f"/jobs/{job.pk}",
+                        "warning": pool_warning(job.pool)})
 
 
 @api.get("/jobs", response=responses({200: JobPage}),
@@ -79,7 +81,8 @@ def job_logs(request, job_id: int, after: int = -1, limit: int = Query(1000, ge=
     job = _job(request, job_id)
     lines = logs.read_lines(job.pk, after=after, limit=limit)
     return {"lines": [l._asdict() for l in lines], "next_after": lines[-1].seq if lines else after,
-            "job_status": job.status, "step": job.step, "total_steps": job.total_steps}
+            "job_status": job.status, "step": job.step, "total_steps": job.total_steps,
+            "waiting_reason": job.waiting_reason}
 
 
 @api.get("/jobs/{job_id}/metrics", response=responses({200: Metrics}))

@@ -25,6 +25,10 @@ def token_list(request: HttpRequest) -> HttpResponse:
         if not name:
             context["error"] = "Give the token a name, e.g. laptop or ci, so you can tell tokens apart."
             status = 422
+        elif ApiToken.objects.filter(user=request.user, name=name, revoked_at__isnull=True).exists():
+            context["error"] = (f"You already have a token named “{name}”: pick another name, "
+                                f"or revoke that one first, so you can tell them apart.")
+            status = 422
         else:
             token, raw = ApiToken.issue(request.user, name)
             context.update(new_token=raw, new_name=token.name, tokens=_tokens(request.user))

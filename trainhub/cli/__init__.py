@@ -120,6 +120,8 @@ def submit(spec_file, follow_, name, pool, sets):
 def _submitted(client: Client, created: dict, follow_: bool) -> None:
     click.echo(created["id"])
     err.print(f"submitted job {created['id']} ({created['status']}): {client.url}{created['url']}", markup=False)
+    if created.get("warning"):
+        err.print(f"warning: {created['warning']}", style="yellow", markup=False, highlight=False)
     if follow_:
         sys.exit(follow(client, created["id"], out))
 

@@ -26,6 +26,7 @@ def follow(client: Client, job_id: int, console: Console, after: int = -1, inter
                         TimeRemainingColumn(), console=console, transient=True)
     task = progress.add_task("", total=None, job=job_id, status="queued")
     ranks = False
+    said = ""  # the waiting reason last printed: printed again only when it changes
     with progress:
         while True:
             page = client.get(f"/api/jobs/{job_id}/logs", after=after, limit=1000)
@@ -34,6 +35,12 @@ def follow(client: Client, job_id: int, console: Console, after: int = -1, inter
             print_lines(progress.console, lines, ranks)
             after = page["next_after"]
             status = page["job_status"]
+            reason = page.get("waiting_reason", "") if status == "queued" else ""
+            if reason and reason != said:
+                # stderr, beside the summary: stdout stays the job's own log
+                Console(stderr=True).print(f"job {job_id} waits: {reason}", style="yellow", markup=False,
+                                           highlight=False)
+            said = reason
             progress.update(task, status=status, completed=page["step"], total=page["total_steps"] or None)
             if status in FINAL_EXIT and not lines:
                 break

@@ -15,5 +15,9 @@ class JobAdmin(admin.ModelAdmin):
     list_display = ("id", "name", "mode", "pool", "owner", "status", "attempt", "created_at")
     list_filter = ("status", "mode", "pool")
     search_fields = ("name",)
-    readonly_fields = ("status", "attempt", "lease_token", "lease_expires_at", "worker", "celery_task_id")
+    # Status and what the run writes change only through Job.transition and the runner (each change a
+    # JobEvent); an admin edit of them would be a status change with no history. Cancel from the job page.
+    readonly_fields = ("status", "attempt", "interruptions", "lease_token", "lease_expires_at", "worker",
+                       "celery_task_id", "started_at", "finished_at", "exit_code", "error", "step", "total_steps",
+                       "log_lines", "spec", "mode", "pool", "owner")
     inlines = [JobEventInline]

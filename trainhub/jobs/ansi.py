@@ -90,6 +90,14 @@ def row(line, *, href: str = "", body: str | None = None) -> str:
     """One log row; ``href`` is the permalink base (the job page URL)."""
     seq, rank, stream = line[0], line[1], line[2]
     body = to_html(line[3]) if body is None else body
-    return (f'<div class="line {escape(stream)}" id="L{seq}" data-seq="{seq}" data-rank="{rank}">'
+    outcome = _outcome_class(stream, line[3])
+    return (f'<div class="line {escape(stream)}{outcome}" id="L{seq}" data-seq="{seq}" data-rank="{rank}">'
             f'<a class="n" href="{href}?line={seq}#L{seq}">{seq}</a><span class="r">{rank}</span>'
             f'<span class="t">{body}</span></div>')
+
+
+def _outcome_class(stream: str, text: str) -> str:
+    """The executor's closing "finished: …" line coloured by the outcome, not as every system line."""
+    if stream != "s" or not text.startswith("finished: "):
+        return ""
+    return " ok" if text == "finished: exited with code 0" else " bad"

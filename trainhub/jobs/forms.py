@@ -46,6 +46,7 @@ OPTIONAL = {"priority", "seed", "checkpoint_every", "max_restarts", "timeout_min
 MODE_LABELS = {mode: row.label for mode, row in MODES_TABLE.items()}
 #: the name a new job of each mode starts with; replaced on a mode switch unless the user typed one
 DEFAULT_NAMES = {mode: row.example_name for mode, row in MODES_TABLE.items()}
+SPEC_FILE_LIMIT = 256 * 1024  # bytes of an uploaded spec
 _OPTIMIZER_LABELS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
 
 
@@ -155,8 +156,12 @@ class JobForm(forms.Form):
         for name in list(self.fields):
             if name not in keep:
                 del self.fields[name]
-            elif name in OPTIONAL:
+                continue
+            if name in OPTIONAL:
                 self.fields[name].required = False  # left empty: the spec model's default
+            _typed_as_text(self.fields[name])
+        if "workspace" in self.fields:
+            self.fields["workspace"] = _workspace_field(self.fields["workspace"].initial)
         if "mode" in self.fields:  # picking a mode swaps in that mode's fields (htmx), defaults filled
             self.fields["mode"].widget.attrs.update({
                 "hx-get": "/jobs/new?fragment=mode-fields", "hx-target": "#mode-fields", "hx-swap": "outerHTML",
@@ -177,7 +182,7 @@ class JobForm(forms.Form):
         """The spec mapping to validate: the uploaded file or YAML when given, else the typed fields."""
         upload = self.cleaned_data.get("spec_file")
         if upload:
-            if upload.size > 256 * 1024:
+            if upload.size > SPEC_FILE_LIMIT:
                 raise SpecError({"spec": "the uploaded file is larger than 256 KiB"})
             return load_text(upload.read().decode("utf-8", "replace"))
         raw = self.cleaned_data.get("spec_yaml", "").strip()
@@ -193,6 +198,29 @@ class JobForm(forms.Form):
                 self.add_error(field, message)
             else:
                 self.add_error("spec_yaml" if text else None, f"{path}: {message}")
+
+
+def _workspace_field(initial) -> forms.Field:
+    """The registered workspaces to pick from (free text only while none is registered)."""
+    from trainhub.pools.models import Workspace
+
+    names = list(Workspace.objects.order_by("name").values_list("name", flat=True))
+    if not names:
+        return forms.CharField(initial=initial, help_text="no workspace is registered yet: an administrator adds "
+                                                          "one (Admin → Workspaces) with the directory of your code")
+    return forms.ChoiceField(choices=[("", "— pick a workspace —")] + [(n, n) for n in names], initial=initial,
+                             help_text="a directory of your team's code an administrator registered")
+
+
+def _typed_as_text(field: forms.Field) -> None:
+    """Number fields as text inputs with a numeric keyboard: a browser sends nothing for letters typed
+    into ``type=number``, which would read "This field is required."; this way the server sees the
+    text and says it is not a number."""
+    if isinstance(field, (forms.IntegerField, forms.FloatField)):
+        whole = not isinstance(field, forms.FloatField)
+        field.widget = forms.TextInput(attrs={"inputmode": "numeric" if whole else "decimal"})
+        field.error_messages["invalid"] = ("must be a whole number, e.g. 3" if whole
+                                           else "must be a number, e.g. 0.001 or 1e-3")
 
 
 def _set(spec: dict[str, Any], path: str, value: Any) -> None:

@@ -28,6 +28,12 @@ FINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 #: the order one owner's queued jobs are claimed in (the fair claim takes turns between owners)
 QUEUE_ORDER = ("-priority", "id")
 
+#: why a queued job waits ("job": job -> sentence) and what a submitter to a pool should know first
+#: ("pool": pool -> sentence or ""); ``trainhub.runs.waiting`` fills them in when its app is ready,
+#: since the claim order and the pools' state are that package's to know
+#: ("jobs": a page of jobs -> {id: sentence}, in a fixed number of queries, for the job list)
+WAITING = {"job": lambda job: "", "pool": lambda pool: "", "jobs": lambda jobs: {}}
+
 #: old status -> the statuses it may move to
 TRANSITIONS: dict[str, frozenset[str]] = {
     Status.QUEUED: frozenset({Status.RUNNING, Status.CANCELLED, Status.FAILED}),
@@ -132,6 +138,11 @@ class Job(models.Model):
         others = (queued.exclude(owner_id=self.owner_id).values_list("owner_id").order_by()
                   .annotate(n=models.Count("id")))
         return mine + sum(min(n, max(0, turn - 1 - running.get(owner, 0))) for owner, n in others)
+
+    @property
+    def waiting_reason(self) -> str:
+        """Why this job is still queued, as one sentence ("" when it is not queued)."""
+        return WAITING["job"](self) if self.status == Status.QUEUED else ""
 
     @property
     def progress(self) -> float | None:

@@ -186,10 +186,15 @@ def job_requeue_lost(now=None) -> int:
     return count
 
 
-def job_resume_from(job: Job, checkpoint: str, *, owner) -> Job:
-    """A new job with ``job``'s spec that starts from one of its checkpoints."""
+def job_resume_spec(job: Job, checkpoint: str) -> dict[str, Any]:
+    """``job``'s spec for a new job that starts from one of its checkpoints."""
     spec = job_clone_spec(job)
     spec["name"] = f"{job.name}-from-{checkpoint}"[:200]
     spec["checkpoint"] = {**job.spec_model.checkpoint.model_dump(mode="json", exclude_none=True), "resume": True,
                           "start_from": f"job-{job.pk}/checkpoints/{checkpoint}"}
-    return job_submit(owner=owner, data=spec)
+    return spec
+
+
+def job_resume_from(job: Job, checkpoint: str, *, owner) -> Job:
+    """A new job with ``job``'s spec that starts from one of its checkpoints."""
+    return job_submit(owner=owner, data=job_resume_spec(job, checkpoint))

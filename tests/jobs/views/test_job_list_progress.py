@@ -16,14 +16,14 @@ def test_a_running_jobs_row_shows_progress_and_time_left(user_client, user, cpu_
          started_at=timezone.now() - timedelta(seconds=60))  # 60 s for 25 steps: 180 s left
     page = user_client.get("/").content.decode()
     assert '<progress max="1" value="0.250"' in page and "25%" in page
-    assert "<th>ETA</th>" in page
+    assert "<th class=\"opt\">ETA</th>" in page
     assert ">3m 00s<" in page or ">3m 01s<" in page or ">2m 59s<" in page
 
 
 def test_the_polled_fragment_carries_the_same_cells(user_client, user, cpu_pool):
     _job(user, cpu_pool, status="running", step=10, total_steps=20, started_at=timezone.now() - timedelta(seconds=10))
     fragment = user_client.get("/", headers={"HX-Request": "true", "HX-Target": "job-results"}).content.decode()
-    assert "<html" not in fragment and 'class="eta"' in fragment and "10s" in fragment
+    assert "<html" not in fragment and 'class="eta opt"' in fragment and "10s" in fragment
 
 
 def test_eta_follows_the_charts_formula_and_only_for_running_jobs(user, cpu_pool):

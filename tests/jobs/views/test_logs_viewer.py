@@ -141,13 +141,13 @@ def test_compare_shows_the_chosen_metric_of_several_visible_jobs(user_client, jo
     Metric.objects.bulk_create([Metric(job=j, step=s, name="loss", value=1.0) for j in (job, other) for s in range(3)])
     page = user_client.get(f"/jobs/compare?ids={job.pk}&ids={other.pk},{hidden.pk}").content.decode()
     assert f"#{job.pk} viewer" in page and f"#{other.pk} other" in page and "secret-run" not in page
-    assert f"/jobs/{other.pk}/metrics.json" in page and '<option selected>loss</option>' in page
+    assert f"/jobs/{other.pk}/metrics.json" in page and '<script id="compare-metrics" type="application/json">["loss"]' in page
 
 
 def test_compare_says_when_no_job_has_the_asked_metric_instead_of_an_empty_chart(user_client, job):
     Metric.objects.bulk_create([Metric(job=job, step=s, name=n, value=1.0) for s in range(3) for n in ("train_loss", "val_acc")])
     page = user_client.get(f"/jobs/compare?ids={job.pk}&metric=loss").content.decode()
-    assert "None of these jobs has a metric named “loss”; they have train_loss, val_acc (showing train_loss)" in page
-    assert '<option selected>train_loss</option>' in page
+    assert "No job here has a metric named “loss”. They have: train_loss, val_acc." in page
+    assert '<script id="compare-metrics" type="application/json">["train_loss", "val_acc"]' in page
     known = user_client.get(f"/jobs/compare?ids={job.pk}&metric=val_acc").content.decode()
-    assert "None of these jobs" not in known and '<option selected>val_acc</option>' in known
+    assert "No job here has" not in known and '<script id="compare-metrics" type="application/json">["val_acc"]' in known

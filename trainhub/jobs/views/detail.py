@@ -6,12 +6,14 @@ stream (``stream.py``) sends the same HTML when the section changes.
 """
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from trainhub.jobs import runfiles
+from trainhub.jobs.failure import failure_of
 from trainhub.jobs.models import Job
 from trainhub.jobs.services import job_cancel, job_resume_from
 from trainhub.jobs.views import job_for_user
@@ -27,7 +29,7 @@ def fragment_context(job: Job, name: str) -> dict:
         return {"job": job, "events": job.events.select_related("actor")}
     if name == "files":
         return {"job": job, "checkpoints": runfiles.checkpoints(job.pk), "artifacts": runfiles.artifacts(job.pk)}
-    return {"job": job}
+    return {"job": job, "failure": failure_of(job), "grace": settings.TRAINHUB_GRACE_SECONDS}
 
 
 @login_required
@@ -39,7 +41,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         if fragment not in FRAGMENTS:
             raise Http404("unknown fragment")
         return render(request, f"jobs/detail.html#{fragment}", fragment_context(job, fragment))
-    context = {**fragment_context(job, "history"), **fragment_context(job, "files"), **log_window(request, job),
+    context = {**fragment_context(job, "status"), **fragment_context(job, "history"), **fragment_context(job, "files"), **log_window(request, job),
                "spec_yaml": dump_yaml(job.spec), "no_error": request.GET.get("no_error")}
     return render(request, "jobs/detail.html", context)
 
@@ -51,7 +53,7 @@ def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
     job_cancel(job, actor=request.user)
     job.refresh_from_db()
     if request.htmx:
-        return render(request, "jobs/detail.html#status", {"job": job})
+        return render(request, "jobs/detail.html#status", fragment_context(job, "status"))
     return redirect("job_detail", job_id=job.pk)
 
 

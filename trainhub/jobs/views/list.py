@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from trainhub.jobs.models import ACTIVE, Status
+from trainhub.jobs.models import ACTIVE, WAITING, Status
 from trainhub.jobs.services import job_cancel, jobs_visible_to
 from trainhub.jobs.views import int_param
 from trainhub.pools.models import WorkerPool
@@ -66,6 +66,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
     jobs = list(qs[: PAGE_SIZE + 1])
     has_more = len(jobs) > PAGE_SIZE
     jobs = jobs[:PAGE_SIZE]
+    reasons = WAITING["jobs"](jobs)
+    for job in jobs:
+        job.list_reason = reasons.get(job.pk, "")
     query = urlencode(filters)
     context = {"jobs": jobs, "filters": filters, "status": filters.get("status", ""), "statuses": Status.values,
                "modes": MODES, "pools": WorkerPool.objects.values_list("name", flat=True), "before": cursor,

@@ -19,7 +19,7 @@ from django.template.loader import render_to_string
 from trainhub.jobs import runfiles
 from trainhub.jobs.models import Job, JobEvent, Metric, Status
 from trainhub.jobs.views.detail import fragment_context
-from trainhub.jobs.views.logs import progress_payload
+from trainhub.jobs.views.logs import first_point, progress_payload
 
 FRAGMENTS = ("status", "history", "files")
 METRICS_KEPT = 20_000  # newest metric points a hub keeps for its viewers; older ones come from the database
@@ -41,6 +41,7 @@ class PageWatch:
         # whole, never changed in place: viewers read it on the event loop while refresh() runs in a thread.
         self.metrics: tuple[int, list[tuple[int, str, int, float]]] | None = None
         self.read = False  # refresh() has run at least once
+        self.first = None  # (step, when) of the attempt's first metric point: the ETA's pace starts there
 
     @property
     def status(self) -> str:
@@ -57,7 +58,7 @@ class PageWatch:
             if job.status == Status.RUNNING else ()
         self.keys = {
             "status": (job.status, job.error, job.exit_code, job.attempt, job.worker_id, bool(job.total_steps),
-                       leases, job.queue_position()),
+                       leases, job.waiting_reason),
             "progress": (job.status, job.step, job.total_steps),
             "history": JobEvent.objects.filter(job_id=job.pk).aggregate(last=Max("pk"))["last"],
             # names only: a growing file's size is not worth a message a second; the final status re-sends
@@ -65,6 +66,8 @@ class PageWatch:
                       tuple(a["path"] for a in runfiles.artifacts(job.pk))),
         }
         self._read_metrics()
+        if job.status == Status.RUNNING and job.step and (self.first is None or self.first[1] < job.started_at):
+            self.first = first_point(job)
         self.read = True
 
     def _read_metrics(self) -> None:
@@ -130,7 +133,7 @@ class PageViewer:
                 out.append(await sync_to_async(_fragment, thread_sensitive=False)(self.request, self.job_id, name))
         if self.sent.get("progress", self) != watch.keys.get("progress"):
             self.sent["progress"] = watch.keys.get("progress")
-            out.append(sse("progress", progress_payload(watch.job)))
+            out.append(sse("progress", progress_payload(watch.job, watch.first)))
         rows = await self._new_metrics(watch)
         if rows:
             out.append(sse("metrics", {"series": _series(rows)}))

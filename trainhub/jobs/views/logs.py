@@ -3,6 +3,7 @@ metrics export. The live stream itself is in ``stream.py``; the page that holds 
 from __future__ import annotations
 
 import csv
+import json
 from urllib.parse import urlencode
 
 from asgiref.sync import sync_to_async
@@ -163,15 +164,30 @@ def _metrics_payload(job: Job, after: int) -> dict:
         s = series.setdefault(name, {"steps": [], "values": []})
         s["steps"].append(step)
         s["values"].append(value)
-    return {"series": series, **progress_payload(job), "at": timezone.now().isoformat()}
+    return {"series": series, **progress_payload(job, first_point(job) if job.is_active else None), "at": timezone.now().isoformat()}
 
 
-def progress_payload(job: Job) -> dict:
-    """Status, steps, elapsed time and ETA: metrics.json and the live stream's ``progress`` event."""
+def first_point(job: Job):
+    """(step, when) of this attempt's first metric point, through the (job, name, step) index."""
+    name = Metric.objects.filter(job_id=job.pk).values_list("name", flat=True).first()
+    if name is None or job.started_at is None:
+        return None
+    return (Metric.objects.filter(job_id=job.pk, name=name, at__gte=job.started_at).order_by("step")
+            .values_list("step", "at").first())
+
+
+def progress_payload(job: Job, first=None) -> dict:
+    """Status, steps, elapsed time and ETA: metrics.json and the live stream's ``progress`` event.
+    ``first``: ``first_point(job)``, read by the caller (the live stream reads it in its thread)."""
     elapsed = (job.duration.total_seconds() if job.duration else None)
     eta = None
     if elapsed and job.step and job.total_steps and job.is_active:
         eta = elapsed / job.step * max(0, job.total_steps - job.step)
+        if first is not None and job.step > first[0]:
+            # the pace since the first reported step: start-up (imports, data loading) is not a
+            # step's cost, and counting it made the first estimates several times too long
+            pace = (timezone.now() - first[1]).total_seconds() / (job.step - first[0])
+            eta = pace * max(0, job.total_steps - job.step)
     return {"status": job.status, "active": job.is_active, "step": job.step, "total_steps": job.total_steps,
             "elapsed_seconds": elapsed, "eta_seconds": eta}
 
@@ -217,18 +233,47 @@ def job_metrics_csv(request: HttpRequest, job_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def job_compare(request: HttpRequest) -> HttpResponse:
-    """One chart per metric with a line for each job: ``/jobs/compare?ids=3,5,8&metric=val_acc``."""
+    """Jobs side by side: every metric they all have overlaid (one chart each, a line per job), or
+    the one ``metric`` asked for, and the spec settings in which they differ.
+    ``/jobs/compare?ids=3,5,8[&metric=loss]``; the job list's "Compare selected" sends repeated ``ids``."""
     raw = ",".join(request.GET.getlist("ids")).replace(" ", ",")  # the job page sends its own id and the others
     ids = list(dict.fromkeys(i for i in (int_param(p) for p in raw.split(",")) if i))[:12]
     jobs = list(jobs_visible_to(request.user).filter(pk__in=ids).order_by("pk"))
-    names = sorted(set(Metric.objects.filter(job_id__in=[j.pk for j in jobs]).values_list("name", flat=True)))
-    asked = request.GET.get("metric", "")
-    default = next((n for n in ("train_loss", "loss") if n in names), names[0] if names else "")
-    metric = asked if asked in names else default
-    # an unknown name is said, not drawn as an empty chart
-    unknown = asked if asked and asked not in names and jobs else ""
+    held: dict[int, set[str]] = {j.pk: set() for j in jobs}
+    for job_id, name in Metric.objects.filter(job_id__in=list(held)).values_list("job_id", "name").distinct():
+        held[job_id].add(name)
+    names = sorted(set().union(*held.values())) if held else []
+    common = sorted(set.intersection(*held.values())) if held else []
+    asked = request.GET.get("metric", "").strip()
+    missing = ""
+    if asked and asked not in names:
+        missing = (f"No job here has a metric named “{asked}”. " +
+                   (f"They have: {', '.join(names)}." if names else "None of them has recorded any metric yet."))
+    shown = [asked] if asked in names else common
     sources = [{"id": j.pk, "name": f"#{j.pk} {j.name}", "url": reverse("job_metrics_json", args=[j.pk])}
                for j in jobs]
-    return render(request, "jobs/compare.html", {"jobs": jobs, "names": names, "metric": metric,
-                                                 "ids": ",".join(str(j.pk) for j in jobs), "sources": sources,
-                                                 "unknown_metric": unknown})
+    return render(request, "jobs/compare.html", {
+        "jobs": jobs, "names": names, "metric": asked if asked in names else "", "shown": shown, "missing": missing,
+        "only_some": [n for n in names if n not in common], "diff": spec_diff(jobs),
+        "ids": ",".join(str(j.pk) for j in jobs), "sources": sources})
+
+
+def _flat(value, prefix: str = "") -> dict[str, object]:
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        for key, inner in value.items():
+            out.update(_flat(inner, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def spec_diff(jobs: list[Job]) -> list[tuple[str, list[str]]]:
+    """The spec settings (dotted paths) whose values differ between ``jobs``: (path, value per job)."""
+    flat = [_flat(j.spec or {}) for j in jobs]
+    keys = sorted(set().union(*flat)) if flat else []
+    rows = []
+    for key in keys:
+        values = [f.get(key, "—") for f in flat]
+        if key != "name" and len({repr(v) for v in values}) > 1:
+            rows.append((key, [v if isinstance(v, str) else json.dumps(v) for v in values]))
+    return rows

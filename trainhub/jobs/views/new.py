@@ -2,18 +2,24 @@
 YAML tab that round-trips with the form, FedML upload, clone, templates, "run locally" hint."""
 from __future__ import annotations
 
+import json
 import shlex
 
+from django import forms
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
-from trainhub.jobs.forms import DEFAULT_NAMES, JobForm, initial_from_spec, mode_initial, spec_from_fields
+from trainhub.jobs.forms import DEFAULT_NAMES, SPEC_FILE_LIMIT, JobForm, initial_from_spec, mode_initial, spec_from_fields
 from trainhub.jobs.job_templates import template_save, templates_of
-from trainhub.jobs.services import job_clone_spec, job_submit, spec_validate
+from trainhub.jobs.models import WAITING
+from trainhub.jobs import runfiles
+from trainhub.jobs.services import job_clone_spec, job_resume_spec, job_submit, spec_validate
 from trainhub.jobs.views import int_param, job_for_user
-from trainhub.pools.models import WorkerPool
+from trainhub.pools.models import Workspace, WorkerPool
 from workers.runner.config import MODES, JobSpec, SpecError, dump_yaml, parse_spec
 from workers.runner.modes import DEFAULT_MODE
 
@@ -25,16 +31,21 @@ def run_locally(spec: JobSpec) -> list[str]:
     if spec.workload == "script":
         target = spec.script.entry if spec.script.entry.endswith(".py") else f"-m {spec.script.entry}"
         args = shlex.join(spec.script.args)
+        where = Workspace.objects.filter(name=spec.script.workspace).values_list("path", flat=True).first()
+        cd = f"cd {shlex.quote(where)}" if where else f"cd <the directory of workspace {spec.script.workspace}>"
+        venv = shlex.quote(str(settings.BASE_DIR / ".venv" / "bin"))  # the workspace is elsewhere: a full path
         if many:
-            return [f"cd <workspace {spec.script.workspace}> && torchrun --standalone --nproc-per-node "
-                    f"{r.procs_per_node} {target} {args}".rstrip(), "trainhub submit job.yaml --follow"]
-        return [f"cd <workspace {spec.script.workspace}> && python {target} {args}".rstrip(),
-                "trainhub submit job.yaml --follow"]
+            return [f"{cd} && {venv}/torchrun --standalone --nproc-per-node "
+                    f"{r.procs_per_node} {target} {args}".rstrip(), ".venv/bin/trainhub submit job.yaml --follow"]
+        return [f"{cd} && {venv}/python {target} {args}".rstrip(),
+                ".venv/bin/trainhub submit job.yaml --follow"]
+    # from the repository's directory, with its virtualenv (a bare `python` lacks torch)
     if many:
-        local = f"torchrun --standalone --nproc-per-node {r.procs_per_node} -m workers.runner --config job.yaml"
+        local = (f".venv/bin/torchrun --standalone --nproc-per-node {r.procs_per_node} -m workers.runner "
+                 f"--config job.yaml")
     else:
-        local = "python -m workers.runner --config job.yaml"
-    return [local, "trainhub submit job.yaml --follow"]
+        local = ".venv/bin/python -m workers.runner --config job.yaml"
+    return [local, ".venv/bin/trainhub submit job.yaml --follow"]
 
 
 def _context(request, form: JobForm, tab: str = "form", **extra) -> dict:
@@ -53,6 +64,22 @@ def _context(request, form: JobForm, tab: str = "form", **extra) -> dict:
             pass
     return {"form": form, "tab": tab, "templates": templates_of(request.user)[:50],
             "preview_yaml": preview_yaml, "commands": commands, **extra}
+
+
+def _hidden_settings(initial: dict) -> list[str]:
+    """The settings a clone (or template) carries that the form has no field for: "path = value"."""
+    try:
+        extra = json.loads(initial.get("extra") or "{}")
+    except ValueError:
+        return []
+
+    def flat(value, prefix=""):
+        if isinstance(value, dict) and value:
+            for key, inner in value.items():
+                yield from flat(inner, f"{prefix}{key}.")
+        else:
+            yield f"{prefix[:-1]} = {json.dumps(value)}"
+    return list(flat(extra)) if isinstance(extra, dict) else []
 
 
 def _pools(user) -> list[str]:
@@ -76,19 +103,40 @@ def job_new(request: HttpRequest) -> HttpResponse:
         return render(request, "jobs/new.html#mode-fields", {"form": form, "new_name": new_name})
     initial = {"pool": pools[0] if pools else "cpu"}
     clone, template = int_param(request.GET.get("clone")), int_param(request.GET.get("template"))
+    resume = ""
     if clone:
-        initial = initial_from_spec(job_clone_spec(job_for_user(request, clone)))
+        source = job_for_user(request, clone)
+        checkpoint = request.GET.get("checkpoint", "")
+        if checkpoint and checkpoint in {c["name"] for c in runfiles.checkpoints(source.pk)}:
+            initial = initial_from_spec(job_resume_spec(source, checkpoint))
+            resume = f"checkpoint {checkpoint} of job #{source.pk} {source.name}"
+        else:
+            initial = initial_from_spec(job_clone_spec(source))
     elif template:
         source = get_object_or_404(templates_of(request.user), pk=template)
         initial = {**initial_from_spec(source.spec), "template_name": source.name}
     form = JobForm(initial={**mode_initial(initial.get("mode", DEFAULT_MODE)), **initial}, pools=pools)
-    return render(request, "jobs/new.html", _context(request, form, source_template=initial.get("template_name")))
+    return render(request, "jobs/new.html", _context(request, form, source_template=initial.get("template_name"),
+                                                     resume=resume, hidden=_hidden_settings(initial)))
+
+
+def _upload_as_text(request: HttpRequest):
+    """POST data with an uploaded spec's text in the YAML field (an upload wins over the text, as it
+    always did), so a refused upload stays on the page: a browser cannot refill a file input.
+    Files over the size limit stay uploads, to be refused as such."""
+    upload = request.FILES.get("spec_file")
+    if upload is None or upload.size > SPEC_FILE_LIMIT:
+        return request.POST, request.FILES
+    data = request.POST.copy()
+    data["spec_yaml"] = upload.read().decode("utf-8", "replace")
+    return data, {}
 
 
 def _post(request: HttpRequest, pools: list[str]) -> HttpResponse:
     action = request.POST.get("action", "submit")
-    form = JobForm(request.POST, request.FILES, pools=pools)
-    uses_text = bool(request.POST.get("spec_yaml", "").strip() or request.FILES.get("spec_file"))
+    post, files = _upload_as_text(request)
+    form = JobForm(post, files, pools=pools)
+    uses_text = bool(post.get("spec_yaml", "").strip() or files.get("spec_file"))
     if request.GET.get("validate"):
         return _validate(request, form)
     if action == "to_form":
@@ -104,6 +152,9 @@ def _post(request: HttpRequest, pools: list[str]) -> HttpResponse:
             return redirect(f"/templates/?saved={saved.pk}")
         if action != "to_yaml":
             job = job_submit(owner=request.user, data=data)
+            warning = WAITING["pool"](job.pool)
+            if warning:
+                messages.warning(request, f"Job submitted, but {warning}.")
             return redirect("job_detail", job_id=job.pk)
     except SpecError as exc:
         form.add_spec_errors(exc.errors)
@@ -144,8 +195,13 @@ def _validate(request: HttpRequest, form: JobForm) -> HttpResponse:
             form.add_spec_errors(exc.errors)
     for name, messages in form.errors.items():
         errors[name] = list(messages)
+    if request.GET.get("quiet"):  # a check on load, before any input: an empty field is not an error yet
+        required = str(forms.Field.default_error_messages["required"])
+        errors = {name: [m for m in found if m != required] for name, found in errors.items()}
     shown = [(n, errors.get(n, [])) for n in form.fields if n not in ("extra", "spec_file")]
+    pool = WorkerPool.objects.filter(name=(data or {}).get("pool") or form.cleaned_data.get("pool") or "").first()
     context = {"form": form, "fields": shown, "non_field": errors.get("__all__", []),
+               "pool_warning": WAITING["pool"](pool) if pool else "",
                "preview_yaml": dump_yaml(data) if preview and data is not None else "",
                "commands": run_locally(preview) if preview else []}
     return render(request, "jobs/new.html#validation", context)
