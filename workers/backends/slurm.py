@@ -79,34 +79,57 @@ def batch_script(run: RunRequest, opts: SlurmOptions) -> str:
 
 
 class SlurmHandle:
-    def __init__(self, run: RunRequest, opts: SlurmOptions):
-        from workers import gang_logs  # the worker side: Django is set up
+    """A submitted Slurm job. ``SlurmHandle(run, opts)`` submits it; ``SlurmHandle.attach`` follows
+    one submitted before (by a worker that since restarted) from ``cursor``: per node, the number
+    of its lines already in the job's log, so none is lost and none is stored twice."""
 
+    def __init__(self, run: RunRequest | None, opts: SlurmOptions, *, job_id: str = "", job: int = 0,
+                 cursor: dict | None = None):
         self.opts = opts
-        self.env = {**run.env, REDIS_VAR: opts.redis_url}
-        if opts.slurm_conf:
-            self.env["SLURM_CONF"] = opts.slurm_conf
-        run.run_dir.mkdir(parents=True, exist_ok=True)
-        script = run.run_dir / f"slurm-{run.attempt}.sh"
-        script.write_text(batch_script(run, opts), encoding="utf-8")
-        self.job_id = slurm_cli.run(sbatch_argv(run, opts, str(script)), self.env).strip().split(";")[0]
+        if run is not None:
+            self.env = {**run.env, REDIS_VAR: opts.redis_url}
+            if opts.slurm_conf:
+                self.env["SLURM_CONF"] = opts.slurm_conf
+            run.run_dir.mkdir(parents=True, exist_ok=True)
+            script = run.run_dir / f"slurm-{run.attempt}.sh"
+            script.write_text(batch_script(run, opts), encoding="utf-8")
+            job_id = slurm_cli.run(sbatch_argv(run, opts, str(script)), self.env).strip().split(";")[0]
+            job = run.job_id
+        self.job_id = job_id
         self.state: slurm_cli.SlurmState = slurm_cli.SlurmState("PENDING")
         self.checked = 0.0
         self.cancelled = False  # by TrainHub (so CANCELLED is ours, not an operator's)
         self.kill_at: float | None = None
         self._nodes = ("", "")  # Slurm's node list and its expansion, for describe()
+        self._start_receiver(job, cursor or {})
+
+    @classmethod
+    def attach(cls, opts: SlurmOptions, job_id: str, job: int, cursor: dict, env: dict[str, str]) -> "SlurmHandle":
+        """Follow the Slurm job ``job_id`` (TrainHub job ``job``) submitted before; ``opts.lease_token``
+        must be the token it was submitted under (its nodes send their lines under it)."""
+        handle = cls.__new__(cls)
+        handle.env = {**env, **({"SLURM_CONF": opts.slurm_conf} if opts.slurm_conf else {})}
+        cls.__init__(handle, None, opts, job_id=job_id, job=job, cursor=cursor)
+        return handle
+
+    def _start_receiver(self, job: int, cursor: dict) -> None:
+        from workers import gang_logs  # the worker side: Django is set up
+
         self._out: queue.Queue = queue.Queue()
-        self.receiver = gang_logs.Receiver(run.job_id, opts.lease_token, opts.nodes)
-        self.receiver.nodes = set(range(opts.nodes))  # every node, node 0 included, sends through Redis
-        self.receiver.next_index = {n: 0 for n in self.receiver.nodes}
+        self.receiver = gang_logs.Receiver(job, self.opts.lease_token, self.opts.nodes)
+        self.receiver.nodes = set(range(self.opts.nodes))  # every node, node 0 included, sends through Redis
+        self.receiver.next_index = {n: int(cursor.get(str(n), 0)) for n in self.receiver.nodes}
+        #: per node (as a string, JSON's way): its lines returned by lines() so far
+        self.cursor = {str(n): i for n, i in self.receiver.next_index.items()}
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._receive, daemon=True)
         self._thread.start()
 
     def _receive(self) -> None:
         while not self.receiver.done and not self._closing.is_set():
-            for item in self.receiver.poll(200):
-                self._out.put(item)
+            items = self.receiver.poll(200)
+            if items:
+                self._out.put((items, {str(n): i for n, i in self.receiver.next_index.items()}))
 
     def refresh(self, force: bool = False) -> slurm_cli.SlurmState:
         """Slurm's view of the job, asked at most every POLL_SECONDS (a controller error keeps the last)."""
@@ -160,7 +183,11 @@ class SlurmHandle:
         return self.state.describe()
 
     def lines(self) -> Output:
-        return drain(self._out)
+        out: Output = []
+        for items, cursor in drain(self._out):
+            out.extend(items)
+            self.cursor = cursor
+        return out
 
     def close(self, timeout: float) -> None:
         if not self.refresh(force=True).final:

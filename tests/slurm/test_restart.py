@@ -1,0 +1,46 @@
+"""The TrainHub worker following a Slurm job dies mid-job: the Slurm job runs on, and the next
+worker of the pool follows it again — the job ends as Slurm says, its log continuous."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.slurm.test_jobs import final, slurm_pool, submit  # noqa: F401 (fixture)
+from trainhub.jobs.models import Job, LogLine
+from trainhub.pools.models import Workspace
+from trainhub.runs.models import SlurmRun
+
+pytestmark = pytest.mark.slow
+LINES = 150
+PRINTER = f"import time\nfor i in range({LINES}):\n    print(f'line {{i}}', flush=True)\n    time.sleep(0.1)\n"
+
+
+def printed(job_id: int) -> list[str]:
+    return list(LogLine.objects.filter(job_id=job_id, stream="o").order_by("seq").values_list("text", flat=True))
+
+
+def test_a_worker_killed_mid_job_is_replaced_and_the_job_finishes_with_a_continuous_log(
+        start_worker, slurm_pool, slurm_cluster, user_client, tmp_path):  # noqa: F811
+    (tmp_path / "printer.py").write_text(PRINTER)
+    Workspace.objects.create(name="printer", path=str(tmp_path))
+    env = {"SLURM_CONF": slurm_cluster}
+    first = start_worker("hpc", slots=2, extra_env=env)
+    job_id = submit(user_client, {"name": "printer on slurm", "pool": "hpc", "mode": "script",
+                                  "script": {"workspace": "printer", "entry": "printer.py"}})
+    wait_for(lambda: len(printed(job_id)) >= 20, timeout=120, message="the job to print")
+    slurm_job = SlurmRun.objects.get(job_id=job_id).slurm_job_id
+    os.killpg(first.proc.pid, signal.SIGKILL)  # the worker crashes; the Slurm job is not its child
+    first.proc.wait()
+    assert len(printed(job_id)) < LINES  # killed mid-job
+    start_worker("hpc", slots=2, extra_env=env)  # the same node name (hpc@host): its restart
+    job = wait_for(lambda: final(job_id), timeout=180, message="the adopted job to finish")
+    system = list(LogLine.objects.filter(job_id=job_id, stream="s").values_list("text", flat=True))
+    assert job.status == "succeeded", (job.error, system)
+    assert job.attempt == 1  # followed again, not started again
+    assert printed(job_id) == [f"line {i}" for i in range(LINES)]  # nothing lost, nothing twice
+    seqs = list(LogLine.objects.filter(job_id=job_id).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(Job.objects.get(pk=job_id).log_lines))
+    assert any(f"follows slurm job {slurm_job} again" in text for text in system), system
