@@ -23,6 +23,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from trainhub.jobs.models import Job, Status
+from trainhub.runs import slurm_adopt
 from trainhub.runs.lifecycle import DB_ERRORS, Outcome
 from trainhub.runs.models import SlurmRun
 from workers import executor, process
@@ -30,6 +31,12 @@ from workers.backends.slurm import SlurmBackend, SlurmHandle, SlurmOptions
 from workers.slurm_node import NODE_RANK, RDZV_HOST
 
 REASON_SECONDS = 1.0
+#: Slurm enforces timeout_minutes (--time); the worker's own clock only stops a job Slurm failed to
+LIMIT_MARGIN_SECONDS = 120
+
+
+class _Detach(Exception):
+    """The worker shuts down: stop following the Slurm job, leave it running."""
 
 
 def options_for(job: Job, spec, grace: float) -> SlurmOptions:
@@ -61,10 +68,14 @@ class SlurmExecution(executor.Execution):
     def start(self) -> None:
         super().start()
         self.recorded = {}
-        SlurmRun.objects.update_or_create(job_id=self.job.pk, defaults={
-            "attempt": self.job.attempt, "slurm_job_id": self.handle.job_id, "stream_token": self.job.lease_token,
-            "nodes": self.spec.resources.nodes, "cursor": {}, "cursor_seq": 0, "prev_cursor": {}, "state": "PENDING",
-            "pending_reason": "", "nodelist": "", "updated_at": timezone.now()})
+        try:
+            SlurmRun.objects.update_or_create(job_id=self.job.pk, defaults={
+                "attempt": self.job.attempt, "slurm_job_id": self.handle.job_id, "stream_token": self.job.lease_token,
+                "nodes": self.spec.resources.nodes, "cursor": {}, "cursor_seq": 0, "prev_cursor": {},
+                "state": "PENDING", "pending_reason": "", "nodelist": "", "updated_at": timezone.now()})
+        except Exception:  # a Slurm job no worker could ever follow again must not run on
+            self.handle.close(0)
+            raise
 
     def flush_lines(self) -> bool:
         if self.handle is None:
@@ -114,7 +125,20 @@ class SlurmExecution(executor.Execution):
             self.outage.failed(exc)
 
     def _limit_reached(self, now: float, started: float):
-        return super()._limit_reached(now, started + self.waited)
+        if executor.SHUTDOWN.is_set():  # the Slurm job runs on without this worker
+            raise _Detach
+        return super()._limit_reached(now, started + self.waited + LIMIT_MARGIN_SECONDS)
+
+    def run(self) -> Outcome:
+        try:
+            return super().run()
+        except _Detach:
+            self.flush_lines()
+            self.system(f"this worker shuts down; slurm job {self.handle.job_id} runs on and the next worker of "
+                        f"pool {self.job.pool.name} follows it")
+            self.drain(10)
+            self.handle.detach()
+            return Outcome(slurm_adopt.DETACHED, None, "its worker shut down; the Slurm job runs on")
 
     def outcome(self, stop, code: int) -> Outcome:
         if stop or code == 0 or self.handle is None:

@@ -22,8 +22,9 @@ def printed(job_id: int) -> list[str]:
     return list(LogLine.objects.filter(job_id=job_id, stream="o").order_by("seq").values_list("text", flat=True))
 
 
-def test_a_worker_killed_mid_job_is_replaced_and_the_job_finishes_with_a_continuous_log(
-        start_worker, slurm_pool, slurm_cluster, user_client, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["crash", "shutdown"])
+def test_a_worker_stopped_mid_job_is_replaced_and_the_job_finishes_with_a_continuous_log(
+        how, start_worker, slurm_pool, slurm_cluster, user_client, tmp_path):  # noqa: F811
     (tmp_path / "printer.py").write_text(PRINTER)
     Workspace.objects.create(name="printer", path=str(tmp_path))
     env = {"SLURM_CONF": slurm_cluster}
@@ -32,8 +33,8 @@ def test_a_worker_killed_mid_job_is_replaced_and_the_job_finishes_with_a_continu
                                   "script": {"workspace": "printer", "entry": "printer.py"}})
     wait_for(lambda: len(printed(job_id)) >= 20, timeout=120, message="the job to print")
     slurm_job = SlurmRun.objects.get(job_id=job_id).slurm_job_id
-    os.killpg(first.proc.pid, signal.SIGKILL)  # the worker crashes; the Slurm job is not its child
-    first.proc.wait()
+    os.killpg(first.proc.pid, how)  # a crash, or a shutdown: the Slurm job is not the worker's child
+    first.proc.wait(60)
     assert len(printed(job_id)) < LINES  # killed mid-job
     start_worker("hpc", slots=2, extra_env=env)  # the same node name (hpc@host): its restart
     job = wait_for(lambda: final(job_id), timeout=180, message="the adopted job to finish")
@@ -44,3 +45,5 @@ def test_a_worker_killed_mid_job_is_replaced_and_the_job_finishes_with_a_continu
     seqs = list(LogLine.objects.filter(job_id=job_id).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(Job.objects.get(pk=job_id).log_lines))
     assert any(f"follows slurm job {slurm_job} again" in text for text in system), system
+    if how == signal.SIGTERM:
+        assert any("this worker shuts down; slurm job" in text for text in system), system

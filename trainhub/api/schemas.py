@@ -22,6 +22,11 @@ class JobOut(Schema):
     total_steps: int
     progress: float | None
     spec: dict[str, Any]
+    slurm_pending_reason: str = ""  # Slurm's reason while it holds the job pending (Resources, Priority …)
+
+    @staticmethod
+    def resolve_slurm_pending_reason(job) -> str:
+        return job.slurm_waiting
 
     @staticmethod
     def resolve_pool(job) -> str:
@@ -77,6 +82,7 @@ class LogPage(Schema):
     job_status: str
     step: int
     total_steps: int
+    slurm_pending_reason: str = ""
 
 
 class MetricPoint(Schema):

@@ -134,6 +134,13 @@ class Job(models.Model):
         return mine + sum(min(n, max(0, turn - 1 - running.get(owner, 0))) for owner, n in others)
 
     @property
+    def slurm_waiting(self) -> str:
+        """Slurm's reason while it holds this job pending (``trainhub.jobs.slurm_wait``), else ""."""
+        from trainhub.jobs.slurm_wait import slurm_wait_reason
+
+        return slurm_wait_reason(self)
+
+    @property
     def progress(self) -> float | None:
         if not self.total_steps:
             return None

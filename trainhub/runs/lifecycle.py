@@ -127,6 +127,8 @@ def _max_restarts(job: Job) -> int:
 def job_finish(job: Job, outcome: Outcome) -> bool:
     """Record the final status (or a retry) if this worker still holds the lease; retries
     through a short database outage."""
+    if outcome.status == slurm_adopt.DETACHED:  # a Slurm job running on without its worker
+        return slurm_adopt.job_detach(job)
     current = Job.objects.filter(pk=job.pk, lease_token=job.lease_token).values_list("status", flat=True).first()
     if current not in (Status.RUNNING, Status.CANCELLING):
         return False

@@ -28,6 +28,8 @@ from trainhub.runs.models import SlurmRun
 log = logging.getLogger(__name__)
 ADOPT_TASK = "trainhub.adopt_slurm_job"
 RUNNING = (Status.RUNNING, Status.CANCELLING)
+#: an Outcome's status when the worker let go of a running Slurm job (shutting down): no final status
+DETACHED = "detached"
 
 
 def followed(job: Job) -> SlurmRun | None:
@@ -82,3 +84,10 @@ def job_adopt(job_id: int, lease_token: int, *, hostname: str) -> Job | None:
     if not taken:
         return None
     return Job.objects.select_related("pool").get(pk=job_id)
+
+
+def job_detach(job: Job) -> bool:
+    """The worker following ``job`` shuts down and leaves its Slurm job running: end its lease now
+    so that the next worker of the pool (or this one, restarted) adopts it without waiting."""
+    return bool(Job.objects.filter(pk=job.pk, lease_token=job.lease_token, status__in=RUNNING)
+                .update(lease_expires_at=timezone.now()))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from workers import slurm_cli
 from workers.backends.base import Output, RunRequest, drain
-from workers.slurm_node import REDIS_VAR
+from workers.slurm_node import REDIS_VAR, TIME_LIMIT_EXIT
 
 POLL_SECONDS = 1.0
 #: exit code of a job Slurm ended without one of its own (cancelled, timed out, node failure)
@@ -180,6 +180,9 @@ class SlurmHandle:
         """Why the job ended, for its page: ours ("cancelled") or Slurm's."""
         if self.cancelled:  # after scancel --signal=TERM the job may end as FAILED, or CANCELLED
             return "cancelled"
+        if self.state.state == "FAILED" and self.state.exit_code == TIME_LIMIT_EXIT:
+            # its nodes stopped on --signal's warning before the limit: the runner checkpointed and exited
+            return slurm_cli.SlurmState("TIMEOUT").describe()
         return self.state.describe()
 
     def lines(self) -> Output:
@@ -195,6 +198,11 @@ class SlurmHandle:
         self._thread.join(timeout)
         self._closing.set()
         self.receiver.forget()
+
+    def detach(self) -> None:
+        """Stop following the job and leave it running (its worker shuts down; another adopts it)."""
+        self._closing.set()
+        self._thread.join(1.0)
 
     def describe(self) -> str:
         """``slurm job 12 on n1,n2`` once allocated, else ``slurm job 12 (pending)``."""
