@@ -15,7 +15,9 @@ from dataclasses import dataclass
 TIMEOUT_SECONDS = 20
 #: Slurm's job states that end a job, and what each means for TrainHub
 FINAL = {"COMPLETED", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "CANCELLED", "PREEMPTED", "BOOT_FAIL",
-         "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
+         "DEADLINE", "REVOKED", "SPECIAL_EXIT", "VANISHED"}
+#: TrainHub's own state for a job neither scontrol nor sacct knows (any more)
+VANISHED = "VANISHED"
 #: states after which Slurm itself starts the job again, or TrainHub should (from its checkpoint)
 REQUEUED = {"PREEMPTED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"}
 
@@ -65,6 +67,9 @@ class SlurmState:
             return f"cancelled outside TrainHub{who} (scancel)"
         if self.state == "PREEMPTED":
             return "preempted by Slurm"
+        if self.state == VANISHED:
+            return ("lost: Slurm no longer knows the job (it ended while no TrainHub worker followed it, longer ago "
+                    "than Slurm's MinJobAge, and Slurm has no accounting to ask)")
         if self.state == "FAILED":
             return f"failed: exit code {self.exit_code}" + (f" ({self.reason})" if self.reason not in ("", "None") else "")
         return f"ended in Slurm state {self.state}" + (f" ({self.reason})" if self.reason not in ("", "None") else "")

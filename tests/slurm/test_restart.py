@@ -47,3 +47,22 @@ def test_a_worker_stopped_mid_job_is_replaced_and_the_job_finishes_with_a_contin
     assert any(f"follows slurm job {slurm_job} again" in text for text in system), system
     if how == signal.SIGTERM:
         assert any("this worker shuts down; slurm job" in text for text in system), system
+
+
+def test_a_lost_jobs_slurm_job_that_slurm_no_longer_knows_fails_with_that_reason(
+        start_worker, slurm_pool, slurm_cluster, user, monkeypatch):  # noqa: F811
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from trainhub.jobs.services import job_submit
+
+    monkeypatch.setattr("trainhub.jobs.services.job_enqueue", lambda job: None)  # its worker "died" after the claim
+    job = job_submit(owner=user, data={"name": "lost", "pool": "hpc", "train": {"epochs": 1}})
+    assert job.transition("running", reason="claimed by a worker that then died", lease_token=1,
+                          lease_expires_at=timezone.now() - timedelta(seconds=60))
+    SlurmRun.objects.create(job=job, attempt=job.attempt, slurm_job_id="987654", stream_token=1)  # long forgotten
+    start_worker("hpc", extra_env={"SLURM_CONF": slurm_cluster})  # its heartbeat's reconcile finds the lease expired
+    job = wait_for(lambda: final(job.pk), timeout=90, message="the lost job to be adopted and found gone")
+    assert job.status == "failed" and job.error.startswith("lost: Slurm no longer knows the job"), job.error
+    assert job.attempt == 1

@@ -137,7 +137,7 @@ class SlurmHandle:
         if force or now - self.checked >= POLL_SECONDS:
             self.checked = now
             try:
-                self.state = slurm_cli.job_state(self.job_id, self.env) or self.state
+                self.state = slurm_cli.job_state(self.job_id, self.env) or slurm_cli.SlurmState(slurm_cli.VANISHED)
             except slurm_cli.SlurmError:
                 pass  # asked again next time; the lease, not this, decides about a lost job
         return self.state
