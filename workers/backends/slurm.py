@@ -84,8 +84,9 @@ class SlurmHandle:
     of its lines already in the job's log, so none is lost and none is stored twice."""
 
     def __init__(self, run: RunRequest | None, opts: SlurmOptions, *, job_id: str = "", job: int = 0,
-                 cursor: dict | None = None):
+                 cursor: dict | None = None, env: dict[str, str] | None = None):
         self.opts = opts
+        self.env = env or {}
         if run is not None:
             self.env = {**run.env, REDIS_VAR: opts.redis_url}
             if opts.slurm_conf:
@@ -107,10 +108,8 @@ class SlurmHandle:
     def attach(cls, opts: SlurmOptions, job_id: str, job: int, cursor: dict, env: dict[str, str]) -> "SlurmHandle":
         """Follow the Slurm job ``job_id`` (TrainHub job ``job``) submitted before; ``opts.lease_token``
         must be the token it was submitted under (its nodes send their lines under it)."""
-        handle = cls.__new__(cls)
-        handle.env = {**env, **({"SLURM_CONF": opts.slurm_conf} if opts.slurm_conf else {})}
-        cls.__init__(handle, None, opts, job_id=job_id, job=job, cursor=cursor)
-        return handle
+        env = {**env, **({"SLURM_CONF": opts.slurm_conf} if opts.slurm_conf else {})}
+        return cls(None, opts, job_id=job_id, job=job, cursor=cursor, env=env)
 
     def _start_receiver(self, job: int, cursor: dict) -> None:
         from workers import gang_logs  # the worker side: Django is set up
