@@ -54,11 +54,15 @@ def slurm_conf(root: Path, socket_path: Path, ports: dict[str, int]) -> str:
         "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
         "GresTypes=gpu", "SlurmdTimeout=60", "SlurmctldTimeout=60", "MessageTimeout=20",
         "PropagateResourceLimitsExcept=ALL",
+        # a job of the higher-tier partition `urgent` preempts (cancels) jobs of `debug` in its way
+        "PreemptType=preempt/partition_prio", "PreemptMode=CANCEL",
     ]
     for name in NODES:
         lines.append(f"NodeName={name} NodeAddr=127.0.0.1 NodeHostname={socket.gethostname()} Port={ports[name]} "
                      f"CPUs={CPUS_PER_NODE} Gres=gpu:{GPUS_PER_NODE} RealMemory=1000 State=UNKNOWN")
-    lines.append(f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=1440 State=UP OverSubscribe=NO")
+    lines.append(f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=1440 State=UP OverSubscribe=NO "
+                 "PriorityTier=1")
+    lines.append(f"PartitionName=urgent Nodes={','.join(NODES)} MaxTime=1440 State=UP OverSubscribe=NO PriorityTier=10")
     return "\n".join(lines) + "\n"
 
 

@@ -109,6 +109,12 @@ class LogWriter:
                 self.tail = (self.tail + [t for _, t in items[-TAIL_LINES:]])[-TAIL_LINES:]
             self._take(items, stream)
 
+    def number(self) -> int:
+        """Give the lines queued so far their seqs (they are stored by the next ``flush``); the
+        seq the next line will get."""
+        self._collect()
+        return self.seq
+
     def flush(self) -> bool:
         """Store what the job printed. Returns False while the database is unavailable: the
         lines stay pending (seqs assigned, so a retry neither loses nor duplicates them)."""

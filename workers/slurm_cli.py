@@ -7,6 +7,7 @@ does not answer is an ``OSError``, never a hang of the worker.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 from dataclasses import dataclass
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 TIMEOUT_SECONDS = 20
 #: Slurm's job states that end a job, and what each means for TrainHub
 FINAL = {"COMPLETED", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "CANCELLED", "PREEMPTED", "BOOT_FAIL",
-         "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
+         "DEADLINE", "REVOKED", "SPECIAL_EXIT", "VANISHED"}
+#: TrainHub's own state for a job neither scontrol nor sacct knows (any more)
+VANISHED = "VANISHED"
 #: states after which Slurm itself starts the job again, or TrainHub should (from its checkpoint)
 REQUEUED = {"PREEMPTED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"}
 
@@ -64,9 +67,21 @@ class SlurmState:
             return f"cancelled outside TrainHub{who} (scancel)"
         if self.state == "PREEMPTED":
             return "preempted by Slurm"
+        if self.state == VANISHED:
+            return ("lost: Slurm no longer knows the job (it ended while no TrainHub worker followed it, longer ago "
+                    "than Slurm's MinJobAge, and Slurm has no accounting to ask)")
         if self.state == "FAILED":
             return f"failed: exit code {self.exit_code}" + (f" ({self.reason})" if self.reason not in ("", "None") else "")
         return f"ended in Slurm state {self.state}" + (f" ({self.reason})" if self.reason not in ("", "None") else "")
+
+
+def parse_duration(text: str) -> int:
+    """Slurm's ``[D-]HH:MM:SS`` (or ``MM:SS``) → seconds; 0 for UNLIMITED or anything else."""
+    m = re.match(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$", text or "")
+    if not m:
+        return 0
+    days, hours, minutes, seconds = (int(g or 0) for g in m.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def parse_exit(text: str) -> int | None:
@@ -102,7 +117,7 @@ def job_state(job_id: str, env: dict[str, str]) -> SlurmState | None:
     if state == "CANCELLED":  # who did it is known to accounting only
         acct = _sacct_state(job_id, env)
         if acct and acct.cancelled_by:
-            return SlurmState(state, out.reason, out.exit_code, out.nodes, acct.cancelled_by)
+            return dataclasses.replace(out, cancelled_by=acct.cancelled_by)
     return out
 
 
@@ -128,6 +143,14 @@ def _user(uid: str) -> str:
         return pwd.getpwuid(int(uid)).pw_name
     except KeyError:
         return f"uid {uid}"
+
+
+def time_left(job_id: str, env: dict[str, str]) -> int | None:
+    """Seconds the job has left before its time limit (``squeue %L``); None if unknown or unlimited."""
+    try:
+        return parse_duration(run(["squeue", "-h", "-j", job_id, "-o", "%L"], env).strip()) or None
+    except SlurmError:
+        return None
 
 
 def hostnames(nodelist: str, env: dict[str, str]) -> list[str]:

@@ -16,15 +16,27 @@ from __future__ import annotations
 
 import time
 
+import dataclasses
+import os
+
 from django.conf import settings
+from django.utils import timezone
 
 from trainhub.jobs.models import Job, Status
-from trainhub.runs.lifecycle import Outcome
-from workers import executor
-from workers.backends.slurm import SlurmBackend, SlurmOptions
+from trainhub.runs import slurm_adopt
+from trainhub.runs.lifecycle import DB_ERRORS, Outcome
+from trainhub.runs.models import SlurmRun
+from workers import executor, process
+from workers.backends.slurm import SlurmBackend, SlurmHandle, SlurmOptions
 from workers.slurm_node import NODE_RANK, RDZV_HOST
 
 REASON_SECONDS = 1.0
+#: Slurm enforces timeout_minutes (--time); the worker's own clock only stops a job Slurm failed to
+LIMIT_MARGIN_SECONDS = 120
+
+
+class _Detach(Exception):
+    """The worker shuts down: stop following the Slurm job, leave it running."""
 
 
 def options_for(job: Job, spec, grace: float) -> SlurmOptions:
@@ -50,13 +62,42 @@ class SlurmExecution(executor.Execution):
         self.waited = 0.0  # seconds spent pending, which no limit counts
         self.running_since: float | None = None
         self.next_reason = 0.0
+        self.recorded: dict | None = None  # the cursor last written to the SlurmRun row
+        self.stored = True  # the last flush stored every pending line
+
+    def start(self) -> None:
+        super().start()
+        self.recorded = {}
+        try:
+            SlurmRun.objects.update_or_create(job_id=self.job.pk, defaults={
+                "attempt": self.job.attempt, "slurm_job_id": self.handle.job_id, "stream_token": self.job.lease_token,
+                "nodes": self.spec.resources.nodes, "cursor": {}, "cursor_seq": 0, "prev_cursor": {},
+                "state": "PENDING", "pending_reason": "", "nodelist": "", "updated_at": timezone.now()})
+        except Exception:  # a Slurm job no worker could ever follow again must not run on
+            self.handle.close(0)
+            raise
 
     def flush_lines(self) -> bool:
-        stored = super().flush_lines()
+        if self.handle is None:
+            return super().flush_lines()
+        for item in self.handle.lines():
+            self.lines.put(item)
+        cursor = self.handle.cursor
+        if cursor != self.recorded and self.stored:
+            # Before the lines it counts are stored: a worker adopting the job after a crash here
+            # compares the log's length with cursor_seq to know which cursor holds.
+            try:
+                SlurmRun.objects.filter(job_id=self.job.pk, attempt=self.job.attempt).update(
+                    cursor=cursor, cursor_seq=self.log.number(), prev_cursor=self.recorded or {})
+                self.recorded = cursor
+            except DB_ERRORS as exc:
+                self.outage.failed(exc)
+                return False
+        self.stored = self.log.flush()
         now = time.monotonic()
-        if self.handle is not None and now >= self.next_reason:
+        if now >= self.next_reason:
             self._follow_queue(now)
-        return stored
+        return self.stored
 
     def _follow_queue(self, now: float) -> None:
         elapsed = now - (self.next_reason - REASON_SECONDS) if self.next_reason else 0.0
@@ -69,14 +110,65 @@ class SlurmExecution(executor.Execution):
             if reason != self.waiting:
                 self.waiting = reason
                 self.system(f"waiting in Slurm's queue ({self.handle.describe()}): {reason}")
+                self._record(state.state, reason, "")
         elif state.state == "RUNNING" and self.running_since is None:
             self.running_since = now
             self.system(f"running as {self.handle.describe()}")
+            self._record(state.state, "", self.handle.describe().partition(" on ")[2])
+
+    def _record(self, state: str, reason: str, nodelist: str) -> None:
+        """What Slurm says, on the job's SlurmRun row for its pages (best effort: shown, not relied on)."""
+        try:
+            SlurmRun.objects.filter(job_id=self.job.pk, attempt=self.job.attempt).update(
+                state=state, pending_reason=reason[:100], nodelist=nodelist[:300], updated_at=timezone.now())
+        except DB_ERRORS as exc:
+            self.outage.failed(exc)
 
     def _limit_reached(self, now: float, started: float):
-        return super()._limit_reached(now, started + self.waited)
+        if executor.SHUTDOWN.is_set():  # the Slurm job runs on without this worker
+            raise _Detach
+        return super()._limit_reached(now, started + self.waited + LIMIT_MARGIN_SECONDS)
+
+    def run(self) -> Outcome:
+        try:
+            return super().run()
+        except _Detach:
+            self.flush_lines()
+            self.system(f"this worker shuts down; slurm job {self.handle.job_id} runs on and the next worker of "
+                        f"pool {self.job.pool.name} follows it")
+            self.drain(10)
+            self.handle.detach()
+            return Outcome(slurm_adopt.DETACHED, None, "its worker shut down; the Slurm job runs on")
 
     def outcome(self, stop, code: int) -> Outcome:
         if stop or code == 0 or self.handle is None:
             return super().outcome(stop, code)
         return Outcome(Status.FAILED, code, self.handle.reason())
+
+
+class AdoptedExecution(SlurmExecution):
+    """A job whose Slurm job was submitted by a worker that since died: follow that Slurm job
+    again instead of submitting one (``trainhub.runs.slurm_adopt``)."""
+
+    def __init__(self, job: Job, followed: SlurmRun):
+        super().__init__(job)
+        self.followed = followed
+
+    def start(self) -> None:
+        followed = self.followed
+        cursor = followed.stored_cursor(Job.objects.filter(pk=self.job.pk).values_list("log_lines", flat=True).get())
+        opts = dataclasses.replace(self.backend.options, lease_token=followed.stream_token)
+        env = {k: v for k, v in os.environ.items() if k not in process.SECRETS}
+        self.handle = SlurmHandle.attach(opts, followed.slurm_job_id, self.job.pk, cursor, env)
+        self.recorded = cursor
+        self.waiting = followed.pending_reason
+        if followed.state == "RUNNING":
+            self.running_since = time.monotonic()  # its "running as" line is in the log already
+        self.system(f"worker {self.job.worker.hostname if self.job.worker else '?'} follows slurm job "
+                    f"{followed.slurm_job_id} again (its previous worker stopped); the log continues")
+
+
+def adopt(job: Job) -> Outcome:
+    """Follow the Slurm job of ``job``'s current attempt to its end (the job's lease already taken)."""
+    followed = SlurmRun.objects.get(job_id=job.pk, attempt=job.attempt)
+    return AdoptedExecution(job, followed).run()

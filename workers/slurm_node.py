@@ -26,6 +26,10 @@ from pathlib import Path
 NODE_RANK = "@NODE_RANK@"
 RDZV_HOST = "@RDZV_HOST@"
 REDIS_VAR = "TRAINHUB_SLURM_REDIS_URL"
+#: a node's exit code when it stopped on Slurm's warning before the time limit (sbatch --signal)
+TIME_LIMIT_EXIT = 124
+#: Slurm may send --signal's warning up to a minute early
+WARNING_SLACK_SECONDS = 75
 
 
 def rendezvous_port(slurm_job_id: int) -> int:
@@ -86,17 +90,21 @@ def main(args: list[str]) -> int:
             out.flush()
             sender.flush()
 
-        cancelled = False
+        cancelled = time_limit = False
         while handle.poll() is None:
             time.sleep(0.05)
             forward()
             if stop.is_set() and not cancelled:
                 cancelled = True
                 handle.cancel(grace)
+                left = slurm_cli.time_left(os.environ.get("SLURM_JOB_ID", ""), dict(os.environ))
+                time_limit = left is not None and left <= grace + 10 + WARNING_SLACK_SECONDS
         code = handle.poll()
         handle.close(5.0)
         forward()
     sender.close()
+    if time_limit:
+        return TIME_LIMIT_EXIT
     return code if code >= 0 else 128 - code
 
 

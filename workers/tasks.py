@@ -18,7 +18,7 @@ from trainhub.jobs import retention  # noqa: E402
 from trainhub.jobs.models import Job, LogLine, Status  # noqa: E402
 from trainhub.jobs.services import job_enqueue  # noqa: E402
 from trainhub.pools import registry  # noqa: E402
-from trainhub.runs import gang, heartbeat, scheduling  # noqa: E402
+from trainhub.runs import gang, heartbeat, scheduling, slurm_adopt  # noqa: E402
 from trainhub.runs.models import GangMember  # noqa: E402
 from workers import executor  # noqa: E402
 from workers import gang as gang_node  # noqa: E402
@@ -62,6 +62,24 @@ def run_job(self, job_id: int, attempt: int = 1) -> str:
         outcome = Outcome(Status.FAILED, None, f"worker error: {exc}")
     finally:
         job_release_gpus(job)
+    job_finish(job, outcome)
+    _trim_logs(job)
+    return outcome.status
+
+
+@app.task(name=slurm_adopt.ADOPT_TASK)
+def adopt_slurm_job(job_id: int, lease_token: int) -> str:
+    """Follow a Slurm pool's job whose worker is gone to its end (``trainhub.runs.slurm_adopt``)."""
+    from workers import slurm_execution
+
+    job = slurm_adopt.job_adopt(job_id, lease_token, hostname=adopt_slurm_job.request.hostname or "")
+    if job is None:
+        return "skipped: adopted already, ended, or its worker is alive"
+    try:
+        outcome = slurm_execution.adopt(job)
+    except Exception as exc:  # never leave the job running with nobody following it
+        log.exception("following job %s again failed", job.pk)
+        outcome = Outcome(Status.FAILED, None, f"worker error while following its Slurm job again: {exc}")
     job_finish(job, outcome)
     _trim_logs(job)
     return outcome.status
@@ -153,7 +171,9 @@ def _close_to_jobs(**_):
 
 @worker_ready.connect
 def _register(sender, **_):
-    heartbeat.worker_start(getattr(sender, "hostname", ""))  # registers in the pool, then beats
+    hostname = getattr(sender, "hostname", "")
+    if heartbeat.worker_start(hostname) is not None:  # registers in the pool, then beats
+        slurm_adopt.adopt_on_start(hostname)  # Slurm jobs its previous run followed: follow them again
 
 
 @worker_shutting_down.connect

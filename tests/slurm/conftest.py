@@ -28,3 +28,12 @@ def slurm_cluster_handle(tmp_path_factory):
 def slurm_cluster(slurm_cluster_handle) -> str:
     """The running cluster's SLURM_CONF."""
     return str(slurm_cluster_handle.conf)
+
+
+@pytest.fixture(autouse=True)
+def _no_slurm_job_outlives_its_test(request):
+    """A worker that shuts down leaves its Slurm jobs running (another worker adopts them): the
+    cluster is emptied after each test that used it, so the next finds its nodes free."""
+    yield
+    if "slurm_cluster_handle" in request.fixturenames:
+        request.getfixturevalue("slurm_cluster_handle").run("scancel", "--full", "--user=root", check=False)

@@ -86,3 +86,27 @@ def test_cancel_stops_every_node_with_a_graceful_term_first(slurm_cluster, live_
     assert texts.count("got TERM") == 2
     time.sleep(1)
     assert not [p for p in psutil.process_iter(["cmdline"]) if "marker-cancel-test" in (p.info["cmdline"] or [])]
+
+
+def test_a_handle_attached_from_a_cursor_returns_exactly_the_lines_after_it(slurm_cluster, live_settings, tmp_path):
+    """What a restarted worker does: follow the same Slurm job from the per-node count of lines
+    already taken, however many lines the first handle had received but not handed out."""
+    from workers.backends.slurm import SlurmHandle
+
+    code = ("import os, time\nfor i in range(8):\n    print('node', os.environ['SLURM_NODEID'], 'line', i, flush=True)\n"
+            "    time.sleep(0.3)\n")
+    opts = options(slurm_cluster, live_settings, nodes=2)
+    first = get("slurm", options=opts).start(request(tmp_path, code, job_id=41))
+    taken, deadline = [], time.monotonic() + 90
+    while sum(len(items) for _s, items in taken) < 5:
+        assert time.monotonic() < deadline, "no lines"
+        taken += first.lines()
+        time.sleep(0.2)
+    cursor = dict(first.cursor)
+    first.detach()  # the worker dies here: what it received after lines() is lost with it
+    second = SlurmHandle.attach(opts, first.job_id, 41, cursor, first.env)
+    code_, rest = finish(second)
+    before = [text for _s, items in taken for _r, text in items]
+    assert code_ == 0
+    assert sorted(before + rest) == sorted(f"node {n} line {i}" for n in (0, 1) for i in range(8))
+    assert sum(cursor.values()) == len(before)

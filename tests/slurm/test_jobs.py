@@ -7,6 +7,7 @@ import subprocess
 import psutil
 import pytest
 
+from tests.cli.conftest import token, trainhub, web_server  # noqa: F401 (fixtures: the CLI against a live server)
 from tests.conftest import wait_for
 from trainhub.jobs.models import Job, LogLine
 
@@ -66,7 +67,7 @@ def test_a_two_node_ddp_job_runs_across_both_nodes(slurm_worker, user_client):
 
 
 def test_a_pending_job_shows_slurms_reason_then_runs_and_a_cancel_leaves_no_process(
-        slurm_worker, user_client, slurm_cluster_handle, live_settings, tmp_path):
+        slurm_worker, user_client, slurm_cluster_handle, live_settings, tmp_path, trainhub):
     cluster = slurm_cluster_handle
     (tmp_path / "fill.sh").write_text("#!/bin/bash\nsleep 600\n")
     filler = cluster.run("sbatch", "--parsable", "--nodes=2", "--exclusive", f"--output={tmp_path}/fill.out",
@@ -75,15 +76,34 @@ def test_a_pending_job_shows_slurms_reason_then_runs_and_a_cancel_leaves_no_proc
     wait_for(lambda: "waiting in Slurm's queue" in log_text(job_id), timeout=60, message="Slurm's reason")
     assert "Resources" in log_text(job_id) or "Priority" in log_text(job_id)
     assert Job.objects.get(pk=job_id).status == "running"  # claimed; Slurm holds it
+    reason = user_client.get(f"/api/jobs/{job_id}").json()["slurm_pending_reason"]
+    assert reason in ("Resources", "Priority")
+    shown = f"waiting in Slurm: {reason}"
+    assert shown in user_client.get(f"/jobs/{job_id}").content.decode()  # the job page
+    assert shown in user_client.get("/").content.decode()  # the job list
+    assert user_client.get(f"/api/jobs/{job_id}/logs").json()["slurm_pending_reason"] == reason  # --follow reads it
+    cli = trainhub("status", str(job_id))
+    assert f"running ({shown})" in cli.stdout, cli.stdout + cli.stderr
+    other = submit(user_client, {**LONG, "name": "cancelled while pending"})  # cancelled while Slurm holds it
+    wait_for(lambda: "waiting in Slurm's queue" in log_text(other), timeout=60, message="the second job to wait")
+    assert user_client.post(f"/api/jobs/{other}/cancel").status_code in (200, 202)
+    assert wait_for(lambda: final(other), timeout=30, message="the pending cancel").status == "cancelled"
+    assert cluster.run("squeue", "-h", "-n", f"trainhub-{other}-cancelled_while_pending").strip() == ""
+    assert leftovers(live_settings, other) == []
     cluster.run("scancel", filler)
     wait_for(lambda: "running as slurm job" in log_text(job_id), timeout=60, message="the job to run")
+    assert user_client.get(f"/api/jobs/{job_id}").json()["slurm_pending_reason"] == ""
+    assert "class=\"slurm-wait\"" not in user_client.get(f"/jobs/{job_id}").content.decode()
     wait_for(lambda: "epoch" in log_text(job_id) or "step" in log_text(job_id), timeout=120, message="training")
     assert user_client.post(f"/api/jobs/{job_id}/cancel").status_code in (200, 202)
     assert wait_for(lambda: final(job_id), timeout=90, message="the cancel").status == "cancelled"
-    run_dir = f"{live_settings.TRAINHUB_RUNS_DIR}/job-{job_id}"  # not another test run's job of the same id
-    leftovers = [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
-                 if run_dir in " ".join(p.info["cmdline"] or [])]
-    assert leftovers == [], (leftovers, log_text(job_id)[-2000:])
+    assert leftovers(live_settings, job_id) == [], log_text(job_id)[-2000:]
+
+
+def leftovers(live_settings, job_id: int) -> list[str]:
+    run_dir = f"{live_settings.TRAINHUB_RUNS_DIR}/job-{job_id}/"  # not another test run's job of the same id
+    return [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
+            if run_dir in " ".join(p.info["cmdline"] or [])]
 
 
 def test_a_slurm_job_cancelled_outside_trainhub_is_recorded(slurm_worker, user_client, slurm_cluster):

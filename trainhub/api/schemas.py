@@ -23,6 +23,11 @@ class JobOut(Schema):
     progress: float | None
     waiting_reason: str = ""  # why a queued job has not started ("" once it has)
     spec: dict[str, Any]
+    slurm_pending_reason: str = ""  # Slurm's reason while it holds the job pending (Resources, Priority …)
+
+    @staticmethod
+    def resolve_slurm_pending_reason(job) -> str:
+        return job.slurm_waiting
 
     @staticmethod
     def resolve_pool(job) -> str:
@@ -80,6 +85,7 @@ class LogPage(Schema):
     step: int
     total_steps: int
     waiting_reason: str = ""
+    slurm_pending_reason: str = ""
 
 
 class MetricPoint(Schema):

@@ -43,7 +43,7 @@ def list_jobs(request, status: JobStatus | None = None, mode: str | None = None,
               before: int | None = None,
               after: int | None = Query(None, description="oldest first, ids above this (0 = from the start)"),
               limit: int = Query(50, ge=1, le=500)):
-    qs = jobs_visible_to(request.auth)
+    qs = jobs_visible_to(request.auth).select_related("slurm_run")  # Slurm's pending reason: no query per job
     if status:
         qs = qs.filter(status=status)
     if mode:
@@ -82,7 +82,7 @@ def job_logs(request, job_id: int, after: int = -1, limit: int = Query(1000, ge=
     lines = logs.read_lines(job.pk, after=after, limit=limit)
     return {"lines": [l._asdict() for l in lines], "next_after": lines[-1].seq if lines else after,
             "job_status": job.status, "step": job.step, "total_steps": job.total_steps,
-            "waiting_reason": job.waiting_reason}
+            "waiting_reason": job.waiting_reason, "slurm_pending_reason": job.slurm_waiting}
 
 
 @api.get("/jobs/{job_id}/metrics", response=responses({200: Metrics}))

@@ -41,7 +41,8 @@ def follow(client: Client, job_id: int, console: Console, after: int = -1, inter
                 Console(stderr=True).print(f"job {job_id} waits: {reason}", style="yellow", markup=False,
                                            highlight=False)
             said = reason
-            progress.update(task, status=status, completed=page["step"], total=page["total_steps"] or None)
+            waiting = page.get("slurm_pending_reason")
+            progress.update(task, status=f"{status} (waiting in Slurm: {waiting})" if waiting else status, completed=page["step"], total=page["total_steps"] or None)
             if status in FINAL_EXIT and not lines:
                 break
             if len(lines) < 1000:

@@ -145,6 +145,13 @@ class Job(models.Model):
         return WAITING["job"](self) if self.status == Status.QUEUED else ""
 
     @property
+    def slurm_waiting(self) -> str:
+        """Slurm's reason while it holds this job pending (``trainhub.jobs.slurm_wait``), else ""."""
+        from trainhub.jobs.slurm_wait import slurm_wait_reason
+
+        return slurm_wait_reason(self)
+
+    @property
     def progress(self) -> float | None:
         if not self.total_steps:
             return None

@@ -19,6 +19,7 @@ from django.utils import timezone
 from trainhub.jobs.models import Job, Status
 from trainhub.jobs import services as job_services  # by module: tests replace job_enqueue there
 from trainhub.pools.models import Worker
+from trainhub.runs import slurm_adopt
 from trainhub.runs.models import GpuLease
 from workers.runner.errors import SpecError
 
@@ -126,6 +127,8 @@ def _max_restarts(job: Job) -> int:
 def job_finish(job: Job, outcome: Outcome) -> bool:
     """Record the final status (or a retry) if this worker still holds the lease; retries
     through a short database outage."""
+    if outcome.status == slurm_adopt.DETACHED:  # a Slurm job running on without its worker
+        return slurm_adopt.job_detach(job)
     current = Job.objects.filter(pk=job.pk, lease_token=job.lease_token).values_list("status", flat=True).first()
     if current not in (Status.RUNNING, Status.CANCELLING):
         return False
@@ -164,6 +167,8 @@ def jobs_reconcile(now=None) -> int:
     recovered = 0
     expired = Job.objects.filter(status__in=[Status.RUNNING, Status.CANCELLING], lease_expires_at__lt=now)
     for job in expired.select_related("pool")[:200]:
+        if slurm_adopt.adopt_lost(job):  # its Slurm job runs on: follow it again, do not start another
+            continue
         stale = Job.objects.filter(pk=job.pk, lease_token=job.lease_token, lease_expires_at__lt=now)
         # Take the lease away first: the old owner's writes stop matching its token.
         if not stale.update(lease_token=F("lease_token") + 1):

@@ -53,3 +53,33 @@ class GangMember(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} attempt {self.attempt} node {self.node_rank}: {self.worker}"
+
+
+class SlurmRun(models.Model):
+    """The Slurm batch job of a Slurm pool's job, for its current attempt: what a restarted
+    worker needs to follow it again (``trainhub.runs.slurm_adopt``), and what Slurm says about it
+    for the pages (its pending reason, its nodes). One row per job, rewritten by each attempt."""
+
+    job = models.OneToOneField("jobs.Job", on_delete=models.CASCADE, related_name="slurm_run")
+    attempt = models.PositiveIntegerField()
+    slurm_job_id = models.CharField(max_length=32, help_text="sbatch's job id")
+    stream_token = models.PositiveIntegerField(help_text="the lease token the nodes send their lines under")
+    nodes = models.PositiveSmallIntegerField(default=1)
+    # Per node, how many of its lines the job's log holds, written before the lines it counts are
+    # stored: ``cursor`` holds once the log reaches ``cursor_seq`` lines, else ``prev_cursor`` does.
+    cursor = models.JSONField(default=dict, blank=True, help_text="per node: lines taken up to log line cursor_seq")
+    cursor_seq = models.PositiveBigIntegerField(default=0)
+    prev_cursor = models.JSONField(default=dict, blank=True, help_text="per node: lines surely in the log")
+    state = models.CharField(max_length=24, blank=True, help_text="Slurm's JobState, e.g. PENDING, RUNNING")
+    pending_reason = models.CharField(max_length=100, blank=True,
+                                      help_text="Slurm's Reason while the job is pending (Priority, Resources, QOS…)")
+    nodelist = models.CharField(max_length=300, blank=True, help_text="the allocation's nodes, e.g. n1,n2")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def stored_cursor(self, log_lines: int) -> dict:
+        """Per node, how many of its lines are in the job's log, which holds ``log_lines`` lines:
+        where a restarted worker resumes reading them (none lost, none stored twice)."""
+        return self.cursor if log_lines >= self.cursor_seq else self.prev_cursor
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt}: slurm job {self.slurm_job_id}"

@@ -15,7 +15,8 @@ from trainhub.jobs.models import Status
 from trainhub.jobs.services import pool_cancel_jobs
 from trainhub.pools.models import WorkerPool
 from trainhub.pools.services import pool_history, pool_set_state
-from trainhub.runs.models import GpuLease
+from trainhub.pools.slurm_nodes import pool_nodes
+from trainhub.runs.models import GpuLease, SlurmRun
 
 RUNNING = [Status.RUNNING, Status.CANCELLING]
 
@@ -51,7 +52,22 @@ def pool_detail(request: HttpRequest, name: str) -> HttpResponse:
                            .order_by("-priority", "id")[:50],
         "history": pool_history(pool),
     }
+    if pool.kind == WorkerPool.Kind.SLURM:
+        context["slurm_nodes"], context["slurm_error"] = _slurm_nodes(pool)
     return render(request, "pools/detail.html#live" if request.htmx else "pools/detail.html", context)
+
+
+def _slurm_nodes(pool: WorkerPool):
+    """The partition's nodes, each with the TrainHub jobs Slurm runs on it now."""
+    nodes, error = pool_nodes(pool)
+    by_name = {node.name: node for node in nodes}
+    running = SlurmRun.objects.filter(job__pool=pool, job__status__in=RUNNING).exclude(nodelist="").select_related("job")
+    for run in running.order_by("job_id"):
+        if run.attempt == run.job.attempt:
+            for name in run.nodelist.split(","):
+                if name in by_name:
+                    by_name[name].jobs.append(run.job)
+    return nodes, error
 
 
 @require_POST

@@ -24,28 +24,31 @@ class OutputQueue:
 
     def __init__(self, limit: int = OUTPUT_LINES):
         self.limit = limit
-        self._items: deque[tuple[str, list[tuple[int, str]]]] = deque()
+        self._items: deque = deque()  # (item, its number of lines)
         self._lines = 0
         self._released = False
         self._cond = threading.Condition()
 
-    def put(self, item: tuple[str, list[tuple[int, str]]]) -> None:
+    def put(self, item, lines: int | None = None) -> None:
+        """Queue ``item``, a ``(stream, [(rank, text), ...])`` batch (or anything else, with
+        ``lines`` saying how many lines it holds); waits while the queue is full."""
         with self._cond:
             while self._lines >= self.limit and not self._released:
                 self._cond.wait(1.0)
-            self._items.append(item)
-            self._lines += len(item[1])
+            n = len(item[1]) if lines is None else lines
+            self._items.append((item, n))
+            self._lines += n
 
-    def take(self, max_lines: int | None = None) -> Output:
-        """What is waiting, in order, without blocking; whole batches, stopping once
-        ``max_lines`` lines are taken (the last batch may pass it)."""
-        out: Output = []
+    def take(self, max_lines: int | None = None) -> list:
+        """What is waiting, in order, without blocking; whole items, stopping once
+        ``max_lines`` lines are taken (the last item may pass it)."""
+        out: list = []
         taken = 0
         with self._cond:
             while self._items and (max_lines is None or taken < max_lines):
-                item = self._items.popleft()
+                item, n = self._items.popleft()
                 out.append(item)
-                taken += len(item[1])
+                taken += n
             self._lines -= taken
             self._cond.notify_all()
         return out

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from workers import slurm_cli
 from workers.backends.base import Output, OutputQueue, RunRequest
-from workers.slurm_node import REDIS_VAR
+from workers.slurm_node import REDIS_VAR, TIME_LIMIT_EXIT
 
 POLL_SECONDS = 1.0
 #: exit code of a job Slurm ended without one of its own (cancelled, timed out, node failure)
@@ -78,34 +78,57 @@ def batch_script(run: RunRequest, opts: SlurmOptions) -> str:
 
 
 class SlurmHandle:
-    def __init__(self, run: RunRequest, opts: SlurmOptions):
-        from workers import gang_logs  # the worker side: Django is set up
+    """A submitted Slurm job. ``SlurmHandle(run, opts)`` submits it; ``SlurmHandle.attach`` follows
+    one submitted before (by a worker that since restarted) from ``cursor``: per node, the number
+    of its lines already in the job's log, so none is lost and none is stored twice."""
 
+    def __init__(self, run: RunRequest | None, opts: SlurmOptions, *, job_id: str = "", job: int = 0,
+                 cursor: dict | None = None, env: dict[str, str] | None = None):
         self.opts = opts
-        self.env = {**run.env, REDIS_VAR: opts.redis_url}
-        if opts.slurm_conf:
-            self.env["SLURM_CONF"] = opts.slurm_conf
-        run.run_dir.mkdir(parents=True, exist_ok=True)
-        script = run.run_dir / f"slurm-{run.attempt}.sh"
-        script.write_text(batch_script(run, opts), encoding="utf-8")
-        self.job_id = slurm_cli.run(sbatch_argv(run, opts, str(script)), self.env).strip().split(";")[0]
+        self.env = env or {}
+        if run is not None:
+            self.env = {**run.env, REDIS_VAR: opts.redis_url}
+            if opts.slurm_conf:
+                self.env["SLURM_CONF"] = opts.slurm_conf
+            run.run_dir.mkdir(parents=True, exist_ok=True)
+            script = run.run_dir / f"slurm-{run.attempt}.sh"
+            script.write_text(batch_script(run, opts), encoding="utf-8")
+            job_id = slurm_cli.run(sbatch_argv(run, opts, str(script)), self.env).strip().split(";")[0]
+            job = run.job_id
+        self.job_id = job_id
         self.state: slurm_cli.SlurmState = slurm_cli.SlurmState("PENDING")
         self.checked = 0.0
         self.cancelled = False  # by TrainHub (so CANCELLED is ours, not an operator's)
         self.kill_at: float | None = None
         self._nodes = ("", "")  # Slurm's node list and its expansion, for describe()
-        self._out = OutputQueue()
-        self.receiver = gang_logs.Receiver(run.job_id, opts.lease_token, opts.nodes)
-        self.receiver.nodes = set(range(opts.nodes))  # every node, node 0 included, sends through Redis
-        self.receiver.next_index = {n: 0 for n in self.receiver.nodes}
+        self._start_receiver(job, cursor or {})
+
+    @classmethod
+    def attach(cls, opts: SlurmOptions, job_id: str, job: int, cursor: dict, env: dict[str, str]) -> "SlurmHandle":
+        """Follow the Slurm job ``job_id`` (TrainHub job ``job``) submitted before; ``opts.lease_token``
+        must be the token it was submitted under (its nodes send their lines under it)."""
+        env = {**env, **({"SLURM_CONF": opts.slurm_conf} if opts.slurm_conf else {})}
+        return cls(None, opts, job_id=job_id, job=job, cursor=cursor, env=env)
+
+    def _start_receiver(self, job: int, cursor: dict) -> None:
+        from workers import gang_logs  # the worker side: Django is set up
+
+        self._out = OutputQueue()  # (batches, cursor after them): the receiver waits while it is full
+        self.receiver = gang_logs.Receiver(job, self.opts.lease_token, self.opts.nodes)
+        self.receiver.nodes = set(range(self.opts.nodes))  # every node, node 0 included, sends through Redis
+        self.receiver.next_index = {n: int(cursor.get(str(n), 0)) for n in self.receiver.nodes}
+        #: per node (as a string, JSON's way): its lines returned by lines() so far
+        self.cursor = {str(n): i for n, i in self.receiver.next_index.items()}
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._receive, daemon=True)
         self._thread.start()
 
     def _receive(self) -> None:
         while not self.receiver.done and not self._closing.is_set():
-            for item in self.receiver.poll(200):
-                self._out.put(item)
+            items = self.receiver.poll(200)
+            if items:
+                self._out.put((items, {str(n): i for n, i in self.receiver.next_index.items()}),
+                              lines=sum(len(batch) for _stream, batch in items))
 
     def refresh(self, force: bool = False) -> slurm_cli.SlurmState:
         """Slurm's view of the job, asked at most every POLL_SECONDS (a controller error keeps the last)."""
@@ -113,7 +136,7 @@ class SlurmHandle:
         if force or now - self.checked >= POLL_SECONDS:
             self.checked = now
             try:
-                self.state = slurm_cli.job_state(self.job_id, self.env) or self.state
+                self.state = slurm_cli.job_state(self.job_id, self.env) or slurm_cli.SlurmState(slurm_cli.VANISHED)
             except slurm_cli.SlurmError:
                 pass  # asked again next time; the lease, not this, decides about a lost job
         return self.state
@@ -156,10 +179,17 @@ class SlurmHandle:
         """Why the job ended, for its page: ours ("cancelled") or Slurm's."""
         if self.cancelled:  # after scancel --signal=TERM the job may end as FAILED, or CANCELLED
             return "cancelled"
+        if self.state.state == "FAILED" and self.state.exit_code == TIME_LIMIT_EXIT:
+            # its nodes stopped on --signal's warning before the limit: the runner checkpointed and exited
+            return slurm_cli.SlurmState("TIMEOUT").describe()
         return self.state.describe()
 
     def lines(self, max_lines: int | None = None) -> Output:
-        return self._out.take(max_lines)
+        out: Output = []
+        for items, cursor in self._out.take(max_lines):
+            out.extend(items)
+            self.cursor = cursor
+        return out
 
     def close(self, timeout: float) -> None:
         if not self.refresh(force=True).final:
@@ -168,6 +198,11 @@ class SlurmHandle:
         self._thread.join(timeout)
         self._closing.set()
         self.receiver.forget()
+
+    def detach(self) -> None:
+        """Stop following the job and leave it running (its worker shuts down; another adopts it)."""
+        self._closing.set()
+        self._thread.join(1.0)
 
     def describe(self) -> str:
         """``slurm job 12 on n1,n2`` once allocated, else ``slurm job 12 (pending)``."""

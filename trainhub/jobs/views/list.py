@@ -63,7 +63,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
     cursor = int_param(request.GET.get(cursor_name))
     if cursor:
         qs = qs.filter(pk__gt=cursor) if oldest else qs.filter(pk__lt=cursor)
-    jobs = list(qs[: PAGE_SIZE + 1])
+    jobs = list(qs.select_related("slurm_run")[: PAGE_SIZE + 1])  # Slurm's pending reason, one query
     has_more = len(jobs) > PAGE_SIZE
     jobs = jobs[:PAGE_SIZE]
     reasons = WAITING["jobs"](jobs)
