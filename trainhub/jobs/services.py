@@ -8,6 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from trainhub.jobs.models import Job, Status
+from trainhub.jobs.specpaths import spec_places
 from trainhub.pools.models import WorkerPool, Workspace
 from trainhub.pools.services import pool_record
 from workers.runner.config import JobSpec, SpecError, parse_spec
@@ -55,6 +56,8 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
                                              "ask an administrator to register it"})
     if spec.checkpoint.start_from:
         _check_start_from(spec.checkpoint.start_from, owner)
+    # Only places the owner may read, before anything looks at the path (workers check again).
+    spec_places(spec, owner)
     # Missing paths, packages and entries are refused now, not ten minutes into the run.
     workspace = Workspace.objects.filter(name=spec.script.workspace).first() if spec.script else None
     preflight(spec, None, workspace_dir=workspace.path if workspace else None)

@@ -4,7 +4,7 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
 
-from trainhub.pools.models import Worker, WorkerPool, Workspace
+from trainhub.pools.models import DataRoot, Worker, WorkerPool, Workspace
 from trainhub.pools.services import pool_set_state
 
 
@@ -86,3 +86,11 @@ class WorkerAdmin(admin.ModelAdmin):
 @admin.register(Workspace)
 class WorkspaceAdmin(admin.ModelAdmin):
     list_display = ("name", "path")
+
+
+@admin.register(DataRoot)
+class DataRootAdmin(admin.ModelAdmin):
+    """Where jobs' data, model and tokenizer paths may point (read-only in the job's sandbox)."""
+
+    list_display = ("name", "path", "description")
+    filter_horizontal = ("groups",)
