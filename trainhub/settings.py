@@ -164,6 +164,8 @@ TRAINHUB_OFFLINE_SECONDS = envint("TRAINHUB_OFFLINE_SECONDS", 60, minimum=1)
 TRAINHUB_GANG_TIMEOUT_SECONDS = envfloat("TRAINHUB_GANG_TIMEOUT_SECONDS", 120, minimum=0)
 # Log lines kept per job of each pool, e.g. "gpu=5000000,*=0" (trainhub/jobs/retention.py parses it).
 TRAINHUB_LOG_RETENTION = envstr("TRAINHUB_LOG_RETENTION", "")
+# Bytes of one job attempt's output stored (database, Redis); beyond it a marker, the rest dropped. 0 = no cap.
+TRAINHUB_LOG_MAX_BYTES = envint("TRAINHUB_LOG_MAX_BYTES", 100 * 1024 * 1024, minimum=0)
 # `make run` (trainhub/core/management/commands/up.py).
 TRAINHUB_HOST = envstr("TRAINHUB_HOST", "127.0.0.1")
 TRAINHUB_PORT = envint("TRAINHUB_PORT", 8000, minimum=1, maximum=65535)
