@@ -166,6 +166,11 @@ TRAINHUB_GANG_TIMEOUT_SECONDS = envfloat("TRAINHUB_GANG_TIMEOUT_SECONDS", 120, m
 TRAINHUB_LOG_RETENTION = envstr("TRAINHUB_LOG_RETENTION", "")
 # Bytes of one job attempt's output stored (database, Redis); beyond it a marker, the rest dropped. 0 = no cap.
 TRAINHUB_LOG_MAX_BYTES = envint("TRAINHUB_LOG_MAX_BYTES", 100 * 1024 * 1024, minimum=0)
+# Live log streams (SSE) per web process: open per user, open in all, and the seconds one stays open
+# before the browser reconnects (transparently, from Last-Event-ID).
+TRAINHUB_SSE_MAX_PER_USER = envint("TRAINHUB_SSE_MAX_PER_USER", 24, minimum=1)
+TRAINHUB_SSE_MAX_STREAMS = envint("TRAINHUB_SSE_MAX_STREAMS", 2000, minimum=1)
+TRAINHUB_SSE_MAX_SECONDS = envint("TRAINHUB_SSE_MAX_SECONDS", 3600, minimum=1)
 # `make run` (trainhub/core/management/commands/up.py).
 TRAINHUB_HOST = envstr("TRAINHUB_HOST", "127.0.0.1")
 TRAINHUB_PORT = envint("TRAINHUB_PORT", 8000, minimum=1, maximum=65535)
