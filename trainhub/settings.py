@@ -6,6 +6,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from trainhub.core.clientip import parse_trusted_proxies
+from trainhub.core.private import private_file, tighten
 from trainhub.env import envbool, envfloat, envint, envstr, renamed
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -15,13 +16,11 @@ DEBUG = envbool("TRAINHUB_DEBUG", False)
 SECRET_KEY = envstr("TRAINHUB_SECRET_KEY")
 if not SECRET_KEY:
     # A stable per-installation key, so sessions survive restarts without configuration.
-    key_file = VAR_DIR / "secret_key"
-    if not key_file.exists():
-        import secrets
+    import secrets
 
-        VAR_DIR.mkdir(parents=True, exist_ok=True)
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
+    key_file = VAR_DIR / "secret_key"
+    if not private_file(key_file, secrets.token_urlsafe(50)):
+        tighten(key_file)
     SECRET_KEY = key_file.read_text().strip()
 
 ALLOWED_HOSTS = [h.strip() for h in envstr("TRAINHUB_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h.strip()]
@@ -87,6 +86,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so that real worker processes in the tests share the test database.
     # One file per test run, so that concurrent runs never share it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
+    # SQLite creates a missing file with the umask's mode (world-readable): an empty one, 0600, is a
+    # new database to it, and its -wal and -shm files take the database file's mode
+    if DATABASES["default"]["NAME"] and DATABASES["default"]["NAME"] != ":memory:":
+        if not private_file(Path(DATABASES["default"]["NAME"])):
+            for suffix in ("", "-wal", "-shm"):
+                tighten(Path(f"{DATABASES['default']['NAME']}{suffix}"))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Unset means the embedded Redis that `make run` starts on this port.
