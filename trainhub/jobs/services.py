@@ -148,6 +148,12 @@ def job_cancel(job: Job, *, actor=None, reason: str = "cancelled by user") -> bo
     return False
 
 
+def may_cancel(user, job: Job) -> bool:
+    """Owners cancel their own jobs; anyone else needs the ``jobs.change_job`` permission (superusers
+    have it): being staff shows every job but changes none of them."""
+    return job.owner_id == user.pk or user.has_perm("jobs.change_job")
+
+
 def pool_cancel_jobs(pool: WorkerPool, *, actor=None) -> int:
     """Cancel every queued and running job of the pool (running ones are stopped by their worker)."""
     count = 0

@@ -59,15 +59,15 @@ class WorkerPoolAdmin(admin.ModelAdmin):
         changed = sum(pool_set_state(pool, state, actor=request.user) for pool in queryset)
         self.message_user(request, f"{changed} pool(s) now {state}", messages.SUCCESS)
 
-    @admin.action(description="Drain: running jobs finish, no new ones start")
+    @admin.action(description="Drain: running jobs finish, no new ones start", permissions=["change"])
     def drain(self, request, queryset):
         self._set_state(request, queryset, WorkerPool.State.DRAINING)
 
-    @admin.action(description="Disable: refuse new submissions")
+    @admin.action(description="Disable: refuse new submissions", permissions=["change"])
     def disable(self, request, queryset):
         self._set_state(request, queryset, WorkerPool.State.DISABLED)
 
-    @admin.action(description="Enable")
+    @admin.action(description="Enable", permissions=["change"])
     def enable(self, request, queryset):
         self._set_state(request, queryset, WorkerPool.State.ENABLED)
 
