@@ -103,6 +103,8 @@ REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6380/0")
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "trainhub_cache"}}
 TRAINHUB_LOGIN_MAX_FAILURES = envint("TRAINHUB_LOGIN_MAX_FAILURES", 10, minimum=1)
 TRAINHUB_LOGIN_WINDOW_SECONDS = envint("TRAINHUB_LOGIN_WINDOW_SECONDS", 300, minimum=1)
+# failures for one username from all addresses together (a guesser spread over many addresses)
+TRAINHUB_LOGIN_MAX_ACCOUNT_FAILURES = envint("TRAINHUB_LOGIN_MAX_ACCOUNT_FAILURES", 50, minimum=1)
 # Reverse proxies whose X-Forwarded-For is believed (trainhub/core/clientip.py): comma-separated
 # IPs and CIDRs; empty trusts nobody and the client is REMOTE_ADDR. See docs/SECURITY.md.
 TRAINHUB_TRUSTED_PROXIES = parse_trusted_proxies(envstr("TRAINHUB_TRUSTED_PROXIES", ""))
