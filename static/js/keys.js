@@ -46,3 +46,21 @@
     if (typing(el)) { el.focus(); if (el.select) el.select(); } else { el.click(); }
   });
 })();
+
+// The Content-Security-Policy refuses inline handlers (trainhub/core/csp.py): what they did is here.
+// <form data-confirm="question"> asks before it is sent; <a data-remove-closest="selector"> removes
+// the closest such element (a results box) instead of following the link.
+(function () {
+  "use strict";
+  document.addEventListener("submit", function (e) {
+    var question = e.target.getAttribute && e.target.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) e.preventDefault();
+  }, true);
+  document.addEventListener("click", function (e) {
+    var link = e.target.closest && e.target.closest("[data-remove-closest]");
+    if (!link) return;
+    e.preventDefault();
+    var box = link.closest(link.getAttribute("data-remove-closest"));
+    if (box) box.remove();
+  });
+})();
