@@ -218,3 +218,28 @@ def test_a_sandboxed_llm_job_trains_on_the_data_root_its_spec_names(start_worker
     lines = [line.text for line in logs.read_lines(job_id, limit=2000)]
     assert done.status == "succeeded", (done.error, lines[-20:])
     assert not any("running unsandboxed" in t for t in lines)
+
+
+def test_the_inline_check_confirms_neither_other_users_checkpoints_nor_their_files(user_client, bobs_run_dir):
+    """``?validate=1`` answers the same for another user's existing checkpoint or file as for a missing one."""
+    from tests.api.test_new_job_form import FORM
+
+    (bobs_run_dir / "checkpoints" / "step-4").mkdir(parents=True)
+    job_id = int(bobs_run_dir.name.removeprefix("job-"))
+
+    def answer(**spec) -> str:
+        import json
+
+        response = user_client.post("/jobs/new?validate=1", {**FORM, "extra": json.dumps(spec)})
+        assert response.status_code == 200
+        return response.content.decode().replace(str(job_id + 1000), str(job_id))
+
+    existing = answer(checkpoint={"start_from": f"job-{job_id}/checkpoints/step-4"})
+    missing = answer(checkpoint={"start_from": f"job-{job_id + 1000}/checkpoints/step-4"})
+    assert "no checkpoint" in existing and existing == missing
+
+    def refusal(name: str) -> str:
+        response = submit(user_client, llm_spec(data_path=str(bobs_run_dir / name)))
+        return response.json()["errors"]["data.path"].replace(name, "FILE")
+
+    assert refusal("corpus.txt") == refusal("missing.txt")  # bob's file exists; the answer does not say so
