@@ -29,7 +29,10 @@ class Stack:
         self.redis.start()
         self.env = {**os.environ, "TRAINHUB_VAR_DIR": str(self.tmp), "REDIS_URL": self.redis.url,
                     "DJANGO_SETTINGS_MODULE": "trainhub.settings", "PYTHONUNBUFFERED": "1",
-                    "TRAINHUB_RUNS_DIR": str(self.tmp / "runs")}
+                    "TRAINHUB_RUNS_DIR": str(self.tmp / "runs"),
+                    # one bench user stands for many viewers, and a flood must be stored whole to be counted
+                    "TRAINHUB_SSE_MAX_PER_USER": "100000", "TRAINHUB_SSE_MAX_STREAMS": "100000",
+                    "TRAINHUB_LOG_MAX_BYTES": "0"}
         os.environ.update(self.env)
         subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=self.env, check=True)
         import django

@@ -6,6 +6,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from trainhub.core.clientip import parse_trusted_proxies
+from trainhub.core.private import private_file, tighten
 from trainhub.env import envbool, envfloat, envint, envstr, renamed
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -15,13 +16,11 @@ DEBUG = envbool("TRAINHUB_DEBUG", False)
 SECRET_KEY = envstr("TRAINHUB_SECRET_KEY")
 if not SECRET_KEY:
     # A stable per-installation key, so sessions survive restarts without configuration.
-    key_file = VAR_DIR / "secret_key"
-    if not key_file.exists():
-        import secrets
+    import secrets
 
-        VAR_DIR.mkdir(parents=True, exist_ok=True)
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
+    key_file = VAR_DIR / "secret_key"
+    if not private_file(key_file, secrets.token_urlsafe(50)):
+        tighten(key_file)
     SECRET_KEY = key_file.read_text().strip()
 
 ALLOWED_HOSTS = [h.strip() for h in envstr("TRAINHUB_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h.strip()]
@@ -48,6 +47,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "trainhub.api.middleware.json_api_errors",  # every /api/ error is JSON, a 405 too
+    "trainhub.core.csp.csp_middleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -89,6 +89,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so that real worker processes in the tests share the test database.
     # One file per test run, so that concurrent runs never share it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
+    # SQLite creates a missing file with the umask's mode (world-readable): an empty one, 0600, is a
+    # new database to it, and its -wal and -shm files take the database file's mode
+    if DATABASES["default"]["NAME"] and DATABASES["default"]["NAME"] != ":memory:":
+        if not private_file(Path(DATABASES["default"]["NAME"])):
+            for suffix in ("", "-wal", "-shm"):
+                tighten(Path(f"{DATABASES['default']['NAME']}{suffix}"))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Unset means the embedded Redis that `make run` starts on this port.
@@ -100,6 +106,8 @@ REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6380/0")
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "trainhub_cache"}}
 TRAINHUB_LOGIN_MAX_FAILURES = envint("TRAINHUB_LOGIN_MAX_FAILURES", 10, minimum=1)
 TRAINHUB_LOGIN_WINDOW_SECONDS = envint("TRAINHUB_LOGIN_WINDOW_SECONDS", 300, minimum=1)
+# failures for one username from all addresses together (a guesser spread over many addresses)
+TRAINHUB_LOGIN_MAX_ACCOUNT_FAILURES = envint("TRAINHUB_LOGIN_MAX_ACCOUNT_FAILURES", 50, minimum=1)
 # Reverse proxies whose X-Forwarded-For is believed (trainhub/core/clientip.py): comma-separated
 # IPs and CIDRs; empty trusts nobody and the client is REMOTE_ADDR. See docs/SECURITY.md.
 TRAINHUB_TRUSTED_PROXIES = parse_trusted_proxies(envstr("TRAINHUB_TRUSTED_PROXIES", ""))
@@ -180,6 +188,13 @@ TRAINHUB_OFFLINE_SECONDS = envint("TRAINHUB_OFFLINE_SECONDS", 60, minimum=1)
 TRAINHUB_GANG_TIMEOUT_SECONDS = envfloat("TRAINHUB_GANG_TIMEOUT_SECONDS", 120, minimum=0)
 # Log lines kept per job of each pool, e.g. "gpu=5000000,*=0" (trainhub/jobs/retention.py parses it).
 TRAINHUB_LOG_RETENTION = envstr("TRAINHUB_LOG_RETENTION", "")
+# Bytes of one job attempt's output stored (database, Redis); beyond it a marker, the rest dropped. 0 = no cap.
+TRAINHUB_LOG_MAX_BYTES = envint("TRAINHUB_LOG_MAX_BYTES", 100 * 1024 * 1024, minimum=0)
+# Live log streams (SSE) per web process: open per user, open in all, and the seconds one stays open
+# before the browser reconnects (transparently, from Last-Event-ID).
+TRAINHUB_SSE_MAX_PER_USER = envint("TRAINHUB_SSE_MAX_PER_USER", 24, minimum=1)
+TRAINHUB_SSE_MAX_STREAMS = envint("TRAINHUB_SSE_MAX_STREAMS", 2000, minimum=1)
+TRAINHUB_SSE_MAX_SECONDS = envint("TRAINHUB_SSE_MAX_SECONDS", 3600, minimum=1)
 # `make run` (trainhub/core/management/commands/up.py).
 TRAINHUB_HOST = envstr("TRAINHUB_HOST", "127.0.0.1")
 TRAINHUB_PORT = envint("TRAINHUB_PORT", 8000, minimum=1, maximum=65535)

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from trainhub.runs.lifecycle import DB_ERRORS, Outcome, job_renew
-from trainhub.jobs import rundir
+from trainhub.jobs import rundir, specpaths
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
 from workers import backends, process
@@ -43,7 +43,10 @@ def run_dir_for(job: Job) -> Path:
 def prepare(job: Job, spec: JobSpec, run_dir: Path, *, config_name: str, launch_kwargs: dict,
             env_extra: dict[str, str]) -> backends.RunRequest:
     """Write the job's config into its run directory and say what a backend is to start:
-    ``launch.argv`` (a gang's node: with ``launch_kwargs``) in the job's environment."""
+    ``launch.argv`` (a gang's node: with ``launch_kwargs``) in the job's environment. The spec's paths
+    are checked again here (a row written past the submit check fails before any path is opened), and
+    only the places that hold them are shown to the sandbox, read-only."""
+    places = specpaths.spec_places(spec, job.owner)
     run_dir.mkdir(parents=True, exist_ok=True)
     fence.claim(run_dir, job.attempt)  # a late run of an older attempt now writes nothing more here
     config_path = run_dir / config_name
@@ -57,7 +60,7 @@ def prepare(job: Job, spec: JobSpec, run_dir: Path, *, config_name: str, launch_
         cwd=launch.cwd(spec, run_dir, workspace_dir), run_dir=run_dir, job_id=job.pk, attempt=job.attempt,
         node_rank=launch_kwargs.get("node_rank", 0), sandbox=job.pool.sandbox,
         network=job.pool.sandbox_network or launch_kwargs.get("nnodes", 1) > 1,  # a gang's rendezvous
-        read_only=(workspace_dir,) if workspace_dir else ())
+        read_only=((workspace_dir,) if workspace_dir else ()) + places)
 
 
 class Execution:

@@ -20,6 +20,7 @@ from django.db import connection
 from trainhub.jobs import logs, retention
 from trainhub.runs.lifecycle import DB_ERRORS, drop_connection
 from trainhub.jobs.models import Job
+from workers.logcap import ByteCap
 
 log = logging.getLogger(__name__)
 FLUSH_MAX = 20_000  # lines per statement: bounded, even after a burst
@@ -73,6 +74,7 @@ class LogWriter:
         self.dropped = 0  # lines not kept because the pending buffer was full
         self.activity = time.monotonic()  # last output of the job (the watchdog's clock)
         self.tail: list[str] = []  # the job's last lines, to tell a full disk from other failures
+        self.cap = ByteCap()  # bytes of the job's output stored per attempt
 
     def system(self, text: str) -> None:
         """A line of the dashboard's own ("s"), e.g. why the job stopped."""
@@ -107,6 +109,10 @@ class LogWriter:
             if stream != "s":
                 self.activity = time.monotonic()
                 self.tail = (self.tail + [t for _, t in items[-TAIL_LINES:]])[-TAIL_LINES:]
+                items, cut = self.cap.admit(items)
+                if cut:
+                    self._take(items, stream)
+                    items, stream = [(0, cut)], "s"
             self._take(items, stream)
 
     def number(self) -> int:

@@ -75,7 +75,7 @@ class Plan:
     cwd: Path
     project: Path
     env: dict[str, str] = field(repr=False)
-    read_only: tuple[Path, ...] = ()  # the workspace, the spec's data and model roots
+    read_only: tuple[Path, ...] = ()  # the workspace, the places of the spec's paths (jobs.specpaths)
     read_write: tuple[Path, ...] = ()  # shared caches the job must write (TORCH_EXTENSIONS_DIR)
     hidden: tuple[Path, ...] = ()  # the runs root, var/: tmpfs over them
     gpus: tuple[int, ...] = ()
@@ -107,10 +107,15 @@ def argv(plan: Plan) -> list[str]:
     cmd += ["--tmpfs", "/tmp"]  # first: Python, the project or the run directory may live under /tmp (a CI clone)
     for root in _roots(plan.pythons) + _roots((plan.project,)):
         cmd += _ro(root)
+    # a data root above the runs root or var/ must not show them: hidden trees go over such roots,
+    # and what the job may read inside them (another of its owner's run dirs) is bound after
+    under_hidden = [p for p in plan.read_only if any(_within(p, h) for h in plan.hidden)]
+    for path in _roots(p for p in plan.read_only if p not in under_hidden):
+        cmd += _ro(path)
     for path in plan.hidden:
         if path.is_dir():  # a missing one hides nothing, and bwrap cannot create it inside a read-only bind
             cmd += ["--tmpfs", str(path)]
-    for path in plan.read_only:
+    for path in dict.fromkeys(q for p in under_hidden for q in (p, Path(os.path.realpath(p)))):
         cmd += ["--ro-bind-try", str(path), str(path)]
     for path in plan.read_write:
         cmd += ["--bind-try", str(path), str(path)]
@@ -144,6 +149,10 @@ def _roots(paths) -> list[Path]:
             if p not in out:
                 out.append(p)
     return out
+
+
+def _within(path: Path, root: Path) -> bool:
+    return Path(os.path.realpath(path)).is_relative_to(Path(os.path.realpath(root)))
 
 
 def _ro(path: Path) -> list[str]:

@@ -46,3 +46,32 @@
     if (typing(el)) { el.focus(); if (el.select) el.select(); } else { el.click(); }
   });
 })();
+
+// The Content-Security-Policy refuses inline handlers (trainhub/core/csp.py): what they did is here.
+// <form data-confirm="question"> (or its submit button) asks before it is sent; <a data-remove-closest="selector"> removes
+// the closest such element (a results box) instead of following the link.
+(function () {
+  "use strict";
+  document.addEventListener("submit", function (e) {
+    // the button that sent the form may ask its own question (the job list's "Cancel selected")
+    var el = e.submitter && e.submitter.hasAttribute("data-confirm") ? e.submitter : e.target;
+    var question = el.getAttribute && el.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) e.preventDefault();
+  }, true);
+  // <button data-compare-selected> in the job list: open compare with only the checked ids (no
+  // CSRF token in a URL), instead of sending the whole form by GET as it does without JavaScript
+  document.addEventListener("click", function (e) {
+    var button = e.target.closest && e.target.closest("[data-compare-selected]");
+    if (!button || !button.form) return;
+    e.preventDefault();
+    var ids = Array.from(button.form.querySelectorAll("input[name=ids]:checked"), function (c) { return c.value; });
+    location.href = button.formAction + "?ids=" + ids.join(",");
+  });
+  document.addEventListener("click", function (e) {
+    var link = e.target.closest && e.target.closest("[data-remove-closest]");
+    if (!link) return;
+    e.preventDefault();
+    var box = link.closest(link.getAttribute("data-remove-closest"));
+    if (box) box.remove();
+  });
+})();

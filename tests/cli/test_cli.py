@@ -152,3 +152,16 @@ def test_submit_follow_says_why_the_job_waits_instead_of_hanging_silently(trainh
     assert "warning: no worker of pool cpu is online" in done.stderr  # at submit
     assert done.stderr.count("waits: no worker of pool cpu is online") == 1  # while following, once per change
     assert done.returncode == 2 and "cancelled" in done.stderr
+
+
+def test_login_reads_the_token_from_standard_input_or_a_file_not_the_command_line(trainhub, web_server, token,
+                                                                                   tmp_path):
+    env = {"TRAINHUB_URL": "", "TRAINHUB_TOKEN": ""}
+    piped = trainhub("login", "--url", web_server.url, "--token-file", "-", env_extra=env, input=token + "\n")
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads((tmp_path / "cli" / "config.json").read_text())["token"] == token
+    (tmp_path / "token").write_text(token)
+    from_file = trainhub("login", "--url", web_server.url, "--token-file", str(tmp_path / "token"), env_extra=env)
+    assert from_file.returncode == 0, from_file.stderr
+    empty = trainhub("login", "--url", web_server.url, "--token-file", "-", env_extra=env, input="")
+    assert empty.returncode == 2 and "no token in it" in empty.stderr  # refused input, as a bad spec

@@ -75,9 +75,12 @@ def test_gpus_on_a_cpu_pool_are_refused(cpu_pool):
     assert "has no GPUs" in info.value.errors["resources.gpus_per_node"]
 
 
-def test_a_missing_data_path_is_refused_at_submit_time(cpu_pool, user):
+def test_a_missing_data_path_is_refused_at_submit_time(cpu_pool, user, tmp_path):
+    from trainhub.pools.models import DataRoot
+
+    DataRoot.objects.create(name="corpora", path=str(tmp_path))
     with pytest.raises(SpecError) as info:
-        job_submit(owner=user, data={"mode": "llm", "data": {"path": "/nonexistent/corpus.txt"},
+        job_submit(owner=user, data={"mode": "llm", "data": {"path": str(tmp_path / "nonexistent" / "corpus.txt")},
                                      "llm": {"size": "tiny"}})
     assert "does not exist" in info.value.errors["data.path"]
 

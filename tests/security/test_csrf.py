@@ -14,6 +14,9 @@ SPEC = {"name": "csrf-job", "pool": "cpu"}
 
 @pytest.fixture
 def browser(staff):
+    from django.contrib.auth.models import Permission
+
+    staff.user_permissions.add(Permission.objects.get(codename="change_workerpool"))  # the pool page's actions
     client = Client(enforce_csrf_checks=True)
     client.force_login(staff)
     client.get("/")  # sets the csrftoken cookie, as any page does

@@ -78,3 +78,19 @@ def test_staff_log_in_through_the_admin_form_and_land_in_the_admin(client, djang
                                                           "next": "/admin/"})
     assert response.status_code == 302 and response["Location"] == "/admin/"
     assert client.get("/admin/").status_code == 200
+
+
+def test_an_ipv6_client_cannot_escape_the_lock_by_hopping_addresses_in_its_64(client, user):
+    for host in range(10):  # one guesser, ten addresses of its own /64
+        assert attempt(client, "wrong", address=f"2001:db8:0:7::{host + 1:x}").status_code == 200
+    assert attempt(client, "wrong", address="2001:db8:0:7:ffff::99").status_code == 429
+    assert attempt(client, "wrong", address="2001:db8:0:8::1").status_code == 200  # another /64 is not locked
+
+
+def test_a_guesser_spread_over_many_addresses_locks_the_account_for_everyone(client, user, settings):
+    settings.TRAINHUB_LOGIN_MAX_ACCOUNT_FAILURES = 12
+    for n in range(12):  # each address stays under its own limit of 10
+        assert attempt(client, "wrong", address=f"10.1.{n // 5}.{n % 5 + 1}").status_code == 200
+    response = attempt(client, "correct-horse-battery", address="192.0.2.200")
+    assert response.status_code == 429 and "_auth_user_id" not in client.session
+    assert "Too many failed log-ins for this username" in response.content.decode()

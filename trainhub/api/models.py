@@ -22,20 +22,27 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="empty: until revoked")
 
     def __str__(self) -> str:
         return f"{self.name} ({self.hint}…)"
 
     @classmethod
-    def issue(cls, user, name: str = "token") -> tuple["ApiToken", str]:
+    def issue(cls, user, name: str = "token", expires_at=None) -> tuple["ApiToken", str]:
         raw = PREFIX + secrets.token_urlsafe(32)
-        token = cls.objects.create(user=user, name=name[:100], digest=_digest(raw), hint=raw[:10])
+        token = cls.objects.create(user=user, name=name[:100], digest=_digest(raw), hint=raw[:10],
+                                   expires_at=expires_at)
         return token, raw
+
+    @property
+    def expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
 
     @classmethod
     def authenticate(cls, raw: str):
         token = (cls.objects.select_related("user")
-                 .filter(digest=_digest(raw), revoked_at__isnull=True, user__is_active=True).first())
+                 .filter(digest=_digest(raw), revoked_at__isnull=True, user__is_active=True)
+                 .filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now())).first())
         if token is None:
             return None
         cls.objects.filter(pk=token.pk).update(last_used_at=timezone.now())

@@ -1,6 +1,7 @@
 """REST API: token (Bearer) or session auth. Schema at /api/openapi.json."""
 from django.http import HttpRequest
 from ninja import Body, NinjaAPI, Query, Status
+from ninja.errors import HttpError
 from ninja.security import HttpBearer, django_auth
 
 from trainhub.api import errors, files, pools, templates_api
@@ -9,7 +10,7 @@ from trainhub.api.schemas import Created, JobOut, JobPage, LogPage, Metrics, res
 from trainhub.api.views_common import job_for
 from trainhub.jobs import logs
 from trainhub.jobs.models import Status as JobStatus
-from trainhub.jobs.services import job_cancel, job_submit, jobs_visible_to
+from trainhub.jobs.services import job_cancel, job_submit, jobs_visible_to, may_cancel
 from trainhub.runs.waiting import pool_warning
 
 
@@ -71,6 +72,8 @@ def get_job(request, job_id: int):
 @api.post("/jobs/{job_id}/cancel", response=responses({200: JobOut}))
 def cancel_job(request, job_id: int):
     job = _job(request, job_id)
+    if not may_cancel(request.auth, job):
+        raise HttpError(403, "only the job's owner or a user with the change job permission may cancel it")
     job_cancel(job, actor=request.auth)
     job.refresh_from_db()
     return job

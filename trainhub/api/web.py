@@ -1,6 +1,8 @@
 """Pages for API tokens: list yours, create one (shown once), revoke."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -8,6 +10,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from trainhub.api.models import ApiToken
+
+
+MAX_EXPIRY_DAYS = 3650
 
 
 def _tokens(user):
@@ -22,15 +27,20 @@ def token_list(request: HttpRequest) -> HttpResponse:
     status = 200
     if request.method == "POST":
         name = request.POST.get("name", "").strip()[:100]
+        days = request.POST.get("expires_days", "").strip()
         if not name:
             context["error"] = "Give the token a name, e.g. laptop or ci, so you can tell tokens apart."
             status = 422
         elif ApiToken.objects.filter(user=request.user, name=name, revoked_at__isnull=True).exists():
             context["error"] = (f"You already have a token named “{name}”: pick another name, "
                                 f"or revoke that one first, so you can tell them apart.")
+        elif days and not (days.isdigit() and 1 <= int(days) <= MAX_EXPIRY_DAYS):
+            context["expiry_error"] = (f"Expires in: a whole number of days from 1 to {MAX_EXPIRY_DAYS}, "
+                                       "or empty for a token that lasts until revoked.")
             status = 422
         else:
-            token, raw = ApiToken.issue(request.user, name)
+            expires = timezone.now() + timedelta(days=int(days)) if days else None
+            token, raw = ApiToken.issue(request.user, name, expires_at=expires)
             context.update(new_token=raw, new_name=token.name, tokens=_tokens(request.user))
             status = 201
     return render(request, "tokens/list.html", context, status=status)

@@ -47,11 +47,20 @@ def cli():
 
 @cli.command()
 @click.option("--url", help="server address, e.g. http://127.0.0.1:8000")
-@click.option("--token", help="API token (create one on the server's Tokens page)")
-def login(url, token):
-    """Store the server URL and an API token (in ~/.config/trainhub/config.json, mode 0600)."""
+@click.option("--token-file", type=click.File("r"),
+              help="read the API token from this file; - reads standard input")
+@click.option("--token", help="API token on the command line (visible in the process list and shell history: "
+                              "prefer the prompt or --token-file)")
+def login(url, token_file, token):
+    """Store the server URL and an API token (in ~/.config/trainhub/config.json, mode 0600).
+    Without --token-file or --token, asks for the token at a hidden prompt."""
     current = load_config()
     url = (url or click.prompt("Server URL", default=current["url"] or "http://127.0.0.1:8000")).rstrip("/")
+    if token_file is not None:
+        token = token_file.read(4096).strip()
+        if not token:
+            raise CliError(f"{token_file.name}: no token in it; paste the token from the server's Tokens page",
+                           CANCELLED_OR_REFUSED)
     token = token or click.prompt("API token", hide_input=True)
     client = Client(url, token)
     client.get("/api/jobs", limit=1)  # proves the URL and the token before saving them

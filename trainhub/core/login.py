@@ -1,10 +1,12 @@
 """The log-in page, rate-limited: after TRAINHUB_LOGIN_MAX_FAILURES failed attempts for one
-username from one address within TRAINHUB_LOGIN_WINDOW_SECONDS, every attempt (right password
+username from one address (an IPv6 address's /64) within TRAINHUB_LOGIN_WINDOW_SECONDS, or
+TRAINHUB_LOGIN_MAX_ACCOUNT_FAILURES for one username from anywhere, every attempt (right password
 or not) is answered 429 until the window has passed. Counters live in the default cache. The
 address is the client's, read through TRAINHUB_TRUSTED_PROXIES (trainhub/core/clientip.py)."""
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import math
 import time
 
@@ -20,17 +22,40 @@ from django.urls import reverse
 from trainhub.core.clientip import request_client_address
 
 
-def _key(request) -> str:
+def _keys(request) -> list[tuple[str, int]]:
+    """The counters an attempt counts against, with their limits: this username from this network
+    (an IPv6 client's whole /64, which one host can hop across), and this username from anywhere
+    (many addresses guessing one account)."""
     username = request.POST.get("username", "")[:150].strip().lower()
-    address = request_client_address(request)
-    return "login-failures:" + hashlib.sha256(f"{username}\0{address}".encode()).hexdigest()
+    network = _network(request_client_address(request))
+    return [("login-failures:" + hashlib.sha256(f"{username}\0{network}".encode()).hexdigest(),
+             settings.TRAINHUB_LOGIN_MAX_FAILURES),
+            ("login-failures-account:" + hashlib.sha256(username.encode()).hexdigest(),
+             settings.TRAINHUB_LOGIN_MAX_ACCOUNT_FAILURES)]
 
 
-def _seconds_left(key: str) -> int:
-    """Seconds until this key may try again; 0 when it is not locked."""
-    count, start = cache.get(key, (0, 0.0))
-    left = settings.TRAINHUB_LOGIN_WINDOW_SECONDS - (time.time() - start)
-    return math.ceil(left) if count >= settings.TRAINHUB_LOGIN_MAX_FAILURES and left > 0 else 0
+def _network(address: str) -> str:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:  # a unix socket has no address: every client shares one counter
+        return address
+    return str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
+
+
+def _seconds_left(keys: list[tuple[str, int]]) -> int:
+    """Seconds until these counters may try again; 0 when none is locked."""
+    most = 0
+    for key, limit in keys:
+        count, start = cache.get(key, (0, 0.0))
+        left = settings.TRAINHUB_LOGIN_WINDOW_SECONDS - (time.time() - start)
+        if count >= limit and left > 0:
+            most = max(most, math.ceil(left))
+    return most
+
+
+def _record_failures(keys: list[tuple[str, int]]) -> None:
+    for key, _limit in keys:
+        _record_failure(key)
 
 
 def _record_failure(key: str) -> None:
@@ -46,10 +71,10 @@ def _record_failure(key: str) -> None:
 
 class LoginView(auth_views.LoginView):
     def post(self, request, *args, **kwargs):
-        left = _seconds_left(_key(request))
+        left = _seconds_left(_keys(request))
         if left:
             minutes = math.ceil(left / 60)
-            message = (f"Too many failed log-ins for this username from your address. "
+            message = (f"Too many failed log-ins for this username. "
                        f"Try again in {minutes} minute{'s' if minutes != 1 else ''}, or ask an administrator "
                        f"to reset your password.")
             form = self.get_form_class()(request, initial={"username": request.POST.get("username", "")[:150]})
@@ -62,11 +87,11 @@ class LoginView(auth_views.LoginView):
         return super().post(request, *args, **kwargs)
 
     def form_invalid(self, form):
-        _record_failure(_key(self.request))
+        _record_failures(_keys(self.request))
         return super().form_invalid(form)
 
     def form_valid(self, form):
-        cache.delete(_key(self.request))
+        cache.delete_many([key for key, _limit in _keys(self.request)])
         return super().form_valid(form)
 
 

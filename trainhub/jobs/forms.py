@@ -226,18 +226,24 @@ def _typed_as_text(field: forms.Field) -> None:
 def _set(spec: dict[str, Any], path: str, value: Any) -> None:
     *parents, leaf = path.split(".")
     node = spec
-    for key in parents:
+    for depth, key in enumerate(parents, 1):
         node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            section = ".".join(parents[:depth])
+            raise SpecError({section: f"must be a section of keys, not {type(node).__name__} {str(node)[:40]!r}; "
+                                      "fix it in the YAML tab"})
     node[leaf] = value
 
 
 def spec_from_fields(values: dict[str, Any], mode: str) -> dict[str, Any]:
     """Build a spec from form values (cleaned or raw), on top of the hidden ``extra`` keys."""
-    try:
+    try:  # a hidden field, but the client's to forge: nested past the parser, a list, a value for a section
         spec = json.loads(values.get("extra") or "{}")
-    except ValueError:
-        spec = {}
-    spec = spec if isinstance(spec, dict) else {}
+    except (ValueError, RecursionError):
+        spec = None
+    if not isinstance(spec, dict):
+        raise SpecError({"extra": "the form's hidden field of other spec keys is not a JSON mapping; "
+                                  "reload the page, or paste the whole spec in the YAML tab"})
     for field in COMMON + mode_fields(mode):
         value = values.get(field)
         if field == "strategy" and not value:
@@ -257,7 +263,8 @@ def spec_from_fields(values: dict[str, Any], mode: str) -> dict[str, Any]:
             continue
         _set(spec, PATHS[field], value)
     if MODES_TABLE[mode].strategy == "single":
-        spec.setdefault("resources", {}).update({PATHS[f].split(".")[1]: 1 for f in ONE_PROCESS})
+        for f in ONE_PROCESS:
+            _set(spec, PATHS[f], 1)
     order = list(JobSpec.model_fields)  # the spec's own key order reads best in YAML
     return dict(sorted(spec.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 

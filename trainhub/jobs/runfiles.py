@@ -10,6 +10,7 @@ Malformed user paths (``..``, absolute, backslashes, ``%``, NUL) are refused up 
 """
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import tarfile
@@ -21,6 +22,11 @@ from trainhub.jobs.rundir import CHECKPOINTS, run_dir_name, runs_root
 from workers.runner.fence import FENCE_FILE
 
 MAX_LISTED = 2000
+#: directory entries looked at (files, folders, links, anything) per listing, and the deepest folder
+#: entered: a job that makes a million empty folders, or one folder nested ten thousand deep, costs
+#: the web server no more than this (the files beyond are not listed)
+MAX_EXAMINED = 20_000
+MAX_DEPTH = 32
 _CHUNK = 1 << 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO the job planted must not hang the web server in open(); regular files ignore it
@@ -107,22 +113,31 @@ def open_path(job_id: int, rel: str) -> Opened | None:
     return None
 
 
+def _budget() -> list[int]:
+    """[files still to list, entries still to look at] for one walk."""
+    return [MAX_LISTED, MAX_EXAMINED]
+
+
 def _walk(dir_fd: int, prefix: str, budget: list[int],
           skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, int, str, os.stat_result]]:
     """(relative path, parent fd, name, stat) of the regular files under ``dir_fd``, in sorted order.
 
-    Symlinks are skipped, never followed. Stops as soon as ``budget[0]`` files were given, so a
-    huge tree is never walked in full; only one directory's names are held at a time. ``skip``:
-    names not entered at this level.
+    Symlinks are skipped, never followed. Stops as soon as ``budget[0]`` files were given or
+    ``budget[1]`` entries were looked at, and enters no folder deeper than ``MAX_DEPTH``, so a huge
+    tree is never walked in full; only one directory's names are held at a time. ``skip``: names not
+    entered at this level.
     """
     with os.scandir(dir_fd) as entries:
-        names = sorted(entries, key=lambda e: e.name)
+        names = sorted(itertools.islice(entries, max(0, budget[1])), key=lambda e: e.name)
+    budget[1] -= len(names)
     for entry in names:
         if budget[0] <= 0:
             return
         if entry.is_symlink() or entry.name in skip:
             continue
         if entry.is_dir(follow_symlinks=False):
+            if prefix.count("/") >= MAX_DEPTH or budget[1] <= 0:
+                continue
             child = _open_dir_at(dir_fd, entry.name)
             if child is None:
                 continue
@@ -154,7 +169,7 @@ def checkpoints(job_id: int) -> list[dict]:
             if step_fd is None:
                 continue
             try:
-                files = [(rel, s.st_size) for rel, _, _, s in _walk(step_fd, "", [MAX_LISTED])]
+                files = [(rel, s.st_size) for rel, _, _, s in _walk(step_fd, "", _budget())]
             finally:
                 os.close(step_fd)
             found.append({"name": name, "step": int(name[5:]), "path": f"{CHECKPOINTS}/{name}",
@@ -173,7 +188,7 @@ def artifacts(job_id: int) -> list[dict]:
         return []
     try:
         return [{"path": rel, "size": st.st_size, "modified": _stamp(st)}
-                for rel, _, _, st in _walk(fd, "", [MAX_LISTED], skip=frozenset({CHECKPOINTS, FENCE_FILE}))]
+                for rel, _, _, st in _walk(fd, "", _budget(), skip=frozenset({CHECKPOINTS, FENCE_FILE}))]
     finally:
         os.close(fd)
 
@@ -198,7 +213,7 @@ class TarStream:
             self.dir_fd = -1
 
     def _generate(self) -> Iterator[bytes]:
-        for rel, parent, name, _ in _walk(self.dir_fd, "", [MAX_LISTED]):
+        for rel, parent, name, _ in _walk(self.dir_fd, "", _budget()):
             try:
                 fd = os.open(name, _LEAF_FLAGS, dir_fd=parent)  # swapped for a link since the listing: refused
             except OSError:

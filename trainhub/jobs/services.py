@@ -8,6 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from trainhub.jobs.models import Job, Status
+from trainhub.jobs.specpaths import spec_places
 from trainhub.pools.models import WorkerPool, Workspace
 from trainhub.pools.services import pool_record
 from workers.runner.config import JobSpec, SpecError, parse_spec
@@ -60,6 +61,8 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
                                              "ask an administrator to register it"})
     if spec.checkpoint.start_from:
         _check_start_from(spec.checkpoint.start_from, owner)
+    # Only places the owner may read, before anything looks at the path (workers check again).
+    spec_places(spec, owner)
     # Missing paths, packages and entries are refused now, not ten minutes into the run.
     workspace = Workspace.objects.filter(name=spec.script.workspace).first() if spec.script else None
     preflight(spec, None, workspace_dir=workspace.path if workspace else None)
@@ -154,6 +157,12 @@ def job_cancel(job: Job, *, actor=None, reason: str = "cancelled by user") -> bo
         else:
             return False
     return False
+
+
+def may_cancel(user, job: Job) -> bool:
+    """Owners cancel their own jobs; anyone else needs the ``jobs.change_job`` permission (superusers
+    have it): being staff shows every job but changes none of them."""
+    return job.owner_id == user.pk or user.has_perm("jobs.change_job")
 
 
 def pool_cancel_jobs(pool: WorkerPool, *, actor=None) -> int:

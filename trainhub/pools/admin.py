@@ -4,7 +4,7 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
 
-from trainhub.pools.models import Worker, WorkerPool, Workspace
+from trainhub.pools.models import DataRoot, Worker, WorkerPool, Workspace
 from trainhub.pools.services import pool_set_state
 
 
@@ -59,15 +59,15 @@ class WorkerPoolAdmin(admin.ModelAdmin):
         changed = sum(pool_set_state(pool, state, actor=request.user) for pool in queryset)
         self.message_user(request, f"{changed} pool(s) now {state}", messages.SUCCESS)
 
-    @admin.action(description="Drain: running jobs finish, no new ones start")
+    @admin.action(description="Drain: running jobs finish, no new ones start", permissions=["change"])
     def drain(self, request, queryset):
         self._set_state(request, queryset, WorkerPool.State.DRAINING)
 
-    @admin.action(description="Disable: refuse new submissions")
+    @admin.action(description="Disable: refuse new submissions", permissions=["change"])
     def disable(self, request, queryset):
         self._set_state(request, queryset, WorkerPool.State.DISABLED)
 
-    @admin.action(description="Enable")
+    @admin.action(description="Enable", permissions=["change"])
     def enable(self, request, queryset):
         self._set_state(request, queryset, WorkerPool.State.ENABLED)
 
@@ -86,3 +86,11 @@ class WorkerAdmin(admin.ModelAdmin):
 @admin.register(Workspace)
 class WorkspaceAdmin(admin.ModelAdmin):
     list_display = ("name", "path")
+
+
+@admin.register(DataRoot)
+class DataRootAdmin(admin.ModelAdmin):
+    """Where jobs' data, model and tokenizer paths may point (read-only in the job's sandbox)."""
+
+    list_display = ("name", "path", "description")
+    filter_horizontal = ("groups",)

@@ -201,3 +201,33 @@ class Workspace(models.Model):
     def clean(self) -> None:
         if not self.path.startswith("/"):
             raise ValidationError({"path": "must be an absolute directory path, e.g. /srv/teams/vision"})
+
+
+class DataRoot(models.Model):
+    """A directory of data, models or tokenizers that jobs' spec paths (``data.path``,
+    ``llm.base_model``, ``llm.tokenizer``) may name. Jobs see it read-only; with groups
+    selected, only their members' jobs may use it (``trainhub.jobs.specpaths``)."""
+
+    name = models.CharField(max_length=100, unique=True, validators=[_queue_name])
+    path = models.CharField(max_length=1000, help_text="absolute directory on the worker hosts, e.g. /srv/data")
+    description = models.CharField(max_length=300, blank=True)
+    groups = models.ManyToManyField(Group, blank=True, help_text="whose jobs may read it; none selected = everyone")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        import os
+
+        if not self.path.startswith("/") or self.path.rstrip("/") == "":
+            raise ValidationError({"path": "must be an absolute directory path other than /, e.g. /srv/data"})
+        root = os.path.realpath(self.path)
+        for what, inner in (("the runs directory", settings.TRAINHUB_RUNS_DIR), ("var/", settings.VAR_DIR)):
+            if os.path.commonpath([root, os.path.realpath(inner)]) == root:
+                raise ValidationError({"path": f"holds {what} ({inner}); register a folder that holds only data"})
+
+    def may_read(self, user) -> bool:
+        if user is None or user.is_superuser:
+            return True
+        allowed = list(self.groups.values_list("pk", flat=True))
+        return not allowed or user.groups.filter(pk__in=allowed).exists()

@@ -29,7 +29,10 @@ admin.site.unregister(WorkerPool)
 class PoolWithJobsAdmin(WorkerPoolAdmin):
     actions = [*WorkerPoolAdmin.actions, "cancel_jobs"]
 
-    @admin.action(description="Cancel all queued and running jobs")
+    def has_cancel_jobs_permission(self, request) -> bool:
+        return request.user.has_perm("jobs.change_job")
+
+    @admin.action(description="Cancel all queued and running jobs", permissions=["change", "cancel_jobs"])
     def cancel_jobs(self, request, queryset):
         count = sum(pool_cancel_jobs(pool, actor=request.user) for pool in queryset)
         self.message_user(request, f"{count} job(s) cancelled", messages.SUCCESS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import permission_required
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -72,6 +73,7 @@ def _slurm_nodes(pool: WorkerPool):
 
 @require_POST
 @staff_member_required
+@permission_required("pools.change_workerpool", raise_exception=True)
 def pool_state(request: HttpRequest, name: str) -> HttpResponse:
     pool = get_object_or_404(WorkerPool, name=name)
     state = request.POST.get("state", "")
@@ -84,6 +86,7 @@ def pool_state(request: HttpRequest, name: str) -> HttpResponse:
 
 @require_POST
 @staff_member_required
+@permission_required(["pools.change_workerpool", "jobs.change_job"], raise_exception=True)
 def pool_cancel(request: HttpRequest, name: str) -> HttpResponse:
     pool = get_object_or_404(WorkerPool, name=name)
     count = pool_cancel_jobs(pool, actor=request.user)

@@ -77,7 +77,7 @@ class RunRequest:
     #: the pool's ``sandbox`` (``workers.sandbox``: required | off); None: no pool decided, run as before
     sandbox: str | None = None
     network: bool = False  # the sandbox keeps the host's network (the pool allows it, or a gang's rendezvous)
-    read_only: tuple[Path, ...] = ()  # what the sandbox shows read-only besides the project: the workspace
+    read_only: tuple[Path, ...] = ()  # shown read-only besides the project: the workspace, the spec paths' places
 
 
 class Handle(Protocol):

@@ -60,7 +60,7 @@ def plan_for(run: RunRequest) -> sandbox.Plan:
         writable = (Path(extensions),)
     return sandbox.Plan(
         run_dir=run_dir, cwd=Path(run.cwd).resolve(), project=REPO_ROOT, env=run.env,
-        read_only=tuple(Path(p).resolve() for p in run.read_only), read_write=writable,
+        read_only=tuple(Path(p) for p in run.read_only), read_write=writable,
         hidden=(run_dir.parent, _var_dir(), REPO_ROOT / "var", REPO_ROOT / "runs"), gpus=sandbox.gpu_indexes(run.env),
         network=run.network, device_dir=Path(os.environ.get(sandbox.DEVICE_DIR_ENV, "/dev")),
         pythons=sandbox.python_roots())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -15,7 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from trainhub.jobs import runfiles
 from trainhub.jobs.failure import failure_of
 from trainhub.jobs.models import Job
-from trainhub.jobs.services import job_cancel, job_resume_from
+from trainhub.jobs.services import job_cancel, job_resume_from, may_cancel
 from trainhub.jobs.views import job_for_user
 from trainhub.jobs.views.logs import log_window
 from workers.runner.config import SpecError, dump_yaml
@@ -50,6 +51,8 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
     job = job_for_user(request, job_id)
+    if not may_cancel(request.user, job):
+        raise PermissionDenied("only the job's owner or a user with the change job permission may cancel it")
     job_cancel(job, actor=request.user)
     job.refresh_from_db()
     if request.htmx:

@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from trainhub.jobs.models import ACTIVE, WAITING, Status
-from trainhub.jobs.services import job_cancel, jobs_visible_to
+from trainhub.jobs.services import job_cancel, jobs_visible_to, may_cancel
 from trainhub.jobs.views import int_param
 from trainhub.pools.models import WorkerPool
 from workers.runner.config import MODES
@@ -83,6 +83,8 @@ def _bulk_cancel(request: HttpRequest) -> HttpResponse:
     ids = [i for i in (int_param(v) for v in request.POST.getlist("ids")[:MAX_BULK]) if i]
     cancelled = 0
     for job in jobs_visible_to(request.user).filter(pk__in=ids, status__in=ACTIVE):
+        if not may_cancel(request.user, job):  # staff see every job; cancelling others' needs the permission
+            continue
         cancelled += job_cancel(job, actor=request.user, reason="cancelled by user (bulk)")
     messages.info(request, f"cancelling {cancelled} of {len(ids)} selected job(s)" if ids else "no jobs selected")
     back = request.POST.get("next", "")

@@ -204,6 +204,12 @@ def job_metrics_json(request: HttpRequest, job_id: int) -> HttpResponse:
     return response
 
 
+def _cell(text: str) -> str:
+    """A job names its metrics: one that a spreadsheet would run as a formula (``=HYPERLINK(…)``,
+    ``+cmd|…``, ``@SUM``) is quoted with a leading apostrophe, as OWASP advises for CSV exports."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 class _Echo:
     def write(self, value):
         return value
@@ -220,7 +226,7 @@ def job_metrics_csv(request: HttpRequest, job_id: int) -> HttpResponse:
     def lines():
         yield writer.writerow(["step", "name", "value", "at"])
         for step, name, value, at in rows.iterator(chunk_size=5000):
-            yield writer.writerow([step, name, repr(value), at.isoformat()])
+            yield writer.writerow([step, _cell(name), repr(value), at.isoformat()])
 
     if isinstance(request, ASGIRequest):
         body = HttpResponse("".join(lines()), content_type="text/csv")  # metrics are small next to logs

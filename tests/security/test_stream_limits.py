@@ -1,0 +1,118 @@
+"""One user cannot hold a web process's live log streams: a per-user and a global cap answer 429 with
+a message, a closed stream frees its place, and a stream ends after its lifetime without an ``end``
+event so the client reconnects from ``Last-Event-ID`` and misses nothing. Real uvicorn, real clients."""
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.asgi_server import AsgiServer, server_env, session_cookie
+from tests.asgi_server import sse_events as all_sse_events
+from tests.conftest import database_url, free_port, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def web(live_settings, transactional_db, tmp_path):
+    env = {**server_env(database_url(), live_settings.REDIS_URL), "TRAINHUB_SSE_MAX_PER_USER": "2",
+           "TRAINHUB_SSE_MAX_STREAMS": "3", "TRAINHUB_SSE_MAX_SECONDS": "3"}
+    server = AsgiServer(free_port(), env, tmp_path / "uvicorn.log")
+    yield server.start()
+    server.stop()
+
+
+def sse_events(response, deadline: float | None = None):
+    """``tests.asgi_server.sse_events``, stopping at ``deadline`` (keepalives let a reader check the time)."""
+    def lines():
+        for raw in response.iter_lines():
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            yield raw
+
+    class Lines:
+        iter_lines = staticmethod(lines)
+
+    return all_sse_events(Lines())
+
+
+def queued_job(owner, pool):
+    from trainhub.jobs.models import Job
+
+    return Job.submit(owner=owner, name="waits", mode="centralized", spec={"name": "waits"}, pool=pool)
+
+
+def open_stream(web, job_id: int, cookies: dict):
+    """An open stream whose first event (``retry``) has arrived, so the server counts it."""
+    client = httpx.Client(cookies=cookies, timeout=httpx.Timeout(30, connect=10))
+    response = client.send(client.build_request("GET", f"{web.url}/jobs/{job_id}/logs/stream"), stream=True)
+    if response.status_code == 200:
+        chunks = response.iter_raw()
+        next(chunks)
+        response.chunks = chunks  # kept: a dropped iterator closes the response
+    return client, response
+
+
+def test_a_user_over_the_per_user_stream_cap_gets_429_with_a_message_and_others_are_not_affected(
+        web, cpu_pool, user, user_client, django_user_model):
+    from django.test import Client
+
+    bob = django_user_model.objects.create_user("bob", password="another-secret-pw")
+    alices, bobs = queued_job(user, cpu_pool), queued_job(bob, cpu_pool)
+    alice_cookies = session_cookie(user_client)
+    bobs_browser = Client()
+    bobs_browser.force_login(bob)
+    bob_cookies = session_cookie(bobs_browser)
+
+    opened = [open_stream(web, alices.pk, alice_cookies) for _ in range(2)]
+    assert [r.status_code for _, r in opened] == [200, 200]
+    _, third = open_stream(web, alices.pk, alice_cookies)
+    third.read()
+    assert third.status_code == 429 and third.headers["Retry-After"] == "10"
+    assert "the limit per user is 2 (TRAINHUB_SSE_MAX_PER_USER)" in third.text
+    bob_client, bobs_stream = open_stream(web, bobs.pk, bob_cookies)
+    assert bobs_stream.status_code == 200  # bob has his own allowance
+    _, fourth = open_stream(web, bobs.pk, bob_cookies)  # alice 2 + bob 1 = the server's 3
+    fourth.read()
+    assert fourth.status_code == 429 and "TRAINHUB_SSE_MAX_STREAMS" in fourth.text
+
+    first_client, first = opened[0]
+    first.close()
+    first_client.close()
+    again = wait_for(lambda: (lambda r: r if r[1].status_code == 200 else r[0].close())(
+        open_stream(web, alices.pk, alice_cookies)), timeout=10, message="a closed stream to free its place")
+    assert again[1].status_code == 200
+    for c, r in [opened[1], again, (bob_client, bobs_stream)]:
+        r.close()
+        c.close()
+
+
+def test_a_stream_ends_after_its_lifetime_and_the_reconnect_resumes_from_the_last_event_id(
+        web, cpu_pool, user, user_client):
+    from trainhub.jobs import logs
+
+    job = queued_job(user, cpu_pool)
+    logs.append_lines(job.pk, [(seq, 0, "o", f"line {seq}") for seq in range(5)])
+    cookies = session_cookie(user_client)
+    started = time.monotonic()
+    seen, events = [], []
+    with httpx.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream", cookies=cookies,
+                      timeout=httpx.Timeout(30, connect=10)) as response:
+        for event, ident, data in sse_events(response, deadline=started + 40):
+            events.append(event)
+            seen.append(int(ident))
+    lasted = time.monotonic() - started
+    assert 3 <= lasted < 20, lasted  # closed by the server at its lifetime, not by the job's end
+    assert seen == [0, 1, 2, 3, 4] and "end" not in events
+
+    logs.append_lines(job.pk, [(seq, 0, "o", f"line {seq}") for seq in range(5, 8)])
+    got = []
+    with httpx.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream", cookies=cookies,
+                      headers={"Last-Event-ID": str(seen[-1])}, timeout=httpx.Timeout(30, connect=10)) as resumed:
+        for event, ident, data in sse_events(resumed):
+            got.append(data["text"])
+            if len(got) == 3:
+                break
+    assert got == ["line 5", "line 6", "line 7"]
