@@ -14,8 +14,15 @@ INDEXES = {
 def create(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
-    schema_editor.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
-    schema_editor.execute("CREATE EXTENSION IF NOT EXISTS btree_gin")
+    from django.db import DatabaseError
+
+    for extension in ("pg_trgm", "btree_gin"):
+        try:
+            schema_editor.execute(f"CREATE EXTENSION IF NOT EXISTS {extension}")
+        except DatabaseError as exc:  # both are trusted extensions since PostgreSQL 13: the database owner may
+            raise RuntimeError(f"the log search index needs the PostgreSQL extension {extension} ({exc}); "
+                               f"run CREATE EXTENSION {extension}; in this database as its owner or a "
+                               f"superuser, then migrate again") from exc
     for name, definition in INDEXES.items():
         schema_editor.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} {definition}")
 
