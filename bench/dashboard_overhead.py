@@ -2,11 +2,13 @@
 the dashboard (REST API → Celery worker → executor → runner → succeeded), for one process
 and for 2-rank DDP (bare `torchrun` script vs a TrainHub `ddp` job).
 
-    .venv/bin/python bench/dashboard_overhead.py [--samples 20000] [--epochs 3] [--repeats 3]
+    .venv/bin/python bench/dashboard_overhead.py [--samples 20000] [--epochs 5] [--repeats 7]
 
-Runs a Redis server and a Celery worker of its own. Wall times are interleaved (bare,
-dashboard, bare, ...) so that load from other work hits both sides alike; the dashboard's
-time runs from the API call to the job's final status.
+Runs a Redis server, a Celery worker and a uvicorn server of its own. Wall times are interleaved
+(bare, dashboard, bare, ...) so that load from other work hits both sides alike; the dashboard's
+time runs from the HTTP request (``POST /api/jobs`` with an API token: auth, validation, the
+transaction and the broker send included) to the job's final status seen in the database. The
+raw samples go to bench/results/ (bench/record.py).
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench import record  # noqa: E402
+from bench.api import Web  # noqa: E402
 from bench.runner_overhead import BARE  # noqa: E402  the same single-process training
 
 BARE_DDP = textwrap.dedent("""
@@ -62,9 +66,9 @@ BARE_DDP = textwrap.dedent("""
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=20000)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=7)
     ns = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="trainhub-overhead-"))
     from tests.conftest import RedisServer
@@ -81,7 +85,6 @@ def main() -> None:
     from django.contrib.auth import get_user_model
 
     from trainhub.jobs.models import Job
-    from trainhub.jobs.services import job_submit
     from trainhub.pools.models import WorkerPool
 
     WorkerPool.objects.get_or_create(name="cpu", defaults={"kind": "cpu", "queue": "cpu"})
@@ -100,31 +103,32 @@ def main() -> None:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return time.perf_counter() - started
 
-    def through_dashboard(mode, procs):
+    def through_dashboard(web, mode, procs):
         spec = {"name": f"overhead-{mode}", "mode": mode, "resources": {"procs_per_node": procs},
                 "data": {"dataset": "synthetic", "samples": ns.samples, "batch_size": ns.batch},
                 "model": {"name": "mlp", "hidden": 128, "layers": 2},
                 "train": {"epochs": ns.epochs, "lr": 1e-3, "log_every_steps": 10**6},
                 "checkpoint": {"every_steps": 0, "keep_last": 1}}
         started = time.perf_counter()
-        job = job_submit(owner=user, data=spec)
-        while Job.objects.filter(pk=job.pk, status__in=["queued", "running", "cancelling"]).exists():
+        pk = web.submit(spec)
+        while Job.objects.filter(pk=pk, status__in=["queued", "running", "cancelling"]).exists():
             time.sleep(0.02)
         elapsed = time.perf_counter() - started
-        assert Job.objects.get(pk=job.pk).status == "succeeded", Job.objects.get(pk=job.pk).error
+        assert Job.objects.get(pk=pk).status == "succeeded", Job.objects.get(pk=pk).error
         return elapsed
 
     threads = max(1, (os.cpu_count() or 1))  # what the executor gives a one-process job
     rows = {"bare": [], "dash": [], "bare_ddp": [], "dash_ddp": []}
     try:
-        time.sleep(3)  # the worker connects
-        through_dashboard("centralized", 1)  # warm-up: page cache, first claim
-        for _ in range(ns.repeats):
-            rows["bare"].append(bare([sys.executable, "bare.py", *args], threads))
-            rows["dash"].append(through_dashboard("centralized", 1))
-            rows["bare_ddp"].append(bare([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                          "--nproc-per-node", "2", "bare_ddp.py", *args], max(1, threads // 2)))
-            rows["dash_ddp"].append(through_dashboard("ddp", 2))
+        with Web(env, user, tmp / "web.log") as web:
+            time.sleep(3)  # the worker connects
+            through_dashboard(web, "centralized", 1)  # warm-up: page cache, first claim
+            for _ in range(ns.repeats):
+                rows["bare"].append(bare([sys.executable, "bare.py", *args], threads))
+                rows["dash"].append(through_dashboard(web, "centralized", 1))
+                rows["bare_ddp"].append(bare([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                              "--nproc-per-node", "2", "bare_ddp.py", *args], max(1, threads // 2)))
+                rows["dash_ddp"].append(through_dashboard(web, "ddp", 2))
     finally:
         os.killpg(worker.pid, 15)
         worker.wait(30)
@@ -136,6 +140,10 @@ def main() -> None:
     print(f"| one process | {med['bare']:.2f} s | {med['dash']:.2f} s | {med['dash'] / med['bare']:.2f}x |")
     print(f"| DDP, 2 ranks (gloo) | {med['bare_ddp']:.2f} s | {med['dash_ddp']:.2f} s | "
           f"{med['dash_ddp'] / med['bare_ddp']:.2f}x |")
+    record.write("dashboard_overhead", {
+        "samples": ns.samples, "epochs": ns.epochs, "batch": ns.batch, "repeats": ns.repeats,
+        "submit": "HTTP POST /api/jobs (API token) -> final status", "seconds": rows,
+        "median_s": med, "ratio_one_process": med["dash"] / med["bare"], "ratio_ddp_2_ranks": med["dash_ddp"] / med["bare_ddp"]})
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ Two ways to measure, both on the real LLM workload (bundled corpus repeated as d
 - ``--via direct``: a minimal loop over the workload (forward, backward, AdamW), timed with
   device synchronisation; no checkpoints, evaluation or logging in the way.
 
-MFU = tokens/s × training FLOPs per token / peak FLOP/s, with FLOPs per token from PaLM's
-formula 6N + 12·L·d·T (``llm_model.flops_per_token``). Examples::
+MFU = tokens/s × training FLOPs per token / peak FLOP/s, with FLOPs per token counted for a
+causal decoder, 6N + 6·L·d·T (half of PaLM's 12·L·d·T attention term; N without embedding
+lookups: ``llm_model.flops_per_token``). Examples::
 
     python bench/llm_throughput.py --size small --seq-len 256 --batch 8 --steps 20 --via direct
     python bench/llm_throughput.py --size 1b --seq-len 2048 --batch 8 --steps 30 --compile \

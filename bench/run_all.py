@@ -22,6 +22,7 @@ RUNS = [
     ["log_throughput.py", "--lines", "1000000"],
     ["log_fanout.py", "--viewers", "200", "--rate", "100"],
     ["log_page.py", "--lines", "1000000"],
+    ["log_search.py", "--jobs", "100000"],
     ["log_overhead.py", "--steps", "1500", "--runs", "3"],
     ["scheduling.py", "--jobs", "1000", "--slots", "2"],
     ["job_list.py", "--jobs", "100000", "--runs", "15"],

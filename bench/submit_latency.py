@@ -1,8 +1,11 @@
-"""Submit -> running and submit -> first log line latency, median over N jobs.
+"""Submit -> running and submit -> first runner log line latency, median over N jobs.
 
 Runs the real path: a Redis server of its own, a real Celery worker (`manage.py runworker`),
-jobs submitted through the REST API of a uvicorn server, times read from the job's
-JobEvents and first LogLine. Printed beside the time of a bare `python -c "import torch"`.
+jobs submitted one after another through the REST API of a uvicorn server with an API token.
+The clock starts when the client sends ``POST /api/jobs`` (so HTTP, authentication, spec
+validation and the broker send are inside it) and stops at the job's ``running`` JobEvent and
+at its first stored stdout line (the runner's first print). Printed beside the time of a bare
+`python -c "import torch"`; raw samples under bench/results/ (bench/record.py).
 
     .venv/bin/python bench/submit_latency.py [--jobs 20]
 """
@@ -15,10 +18,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench import record  # noqa: E402
+from bench.api import Web  # noqa: E402
 
 
 def main() -> None:
@@ -26,7 +32,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="trainhub-bench-"))
-    from tests.conftest import RedisServer, free_port
+    from tests.conftest import RedisServer
 
     redis = RedisServer(tmp)
     redis.start()
@@ -39,51 +45,43 @@ def main() -> None:
     django.setup()
     from django.contrib.auth import get_user_model
 
-    from trainhub.api.models import ApiToken
     from trainhub.jobs.models import Job, JobEvent, LogLine
     from trainhub.pools.models import WorkerPool
 
     WorkerPool.objects.get_or_create(name="cpu", defaults={"kind": "cpu", "queue": "cpu"})
     user = get_user_model().objects.create_user("bench", password="bench-password")
-    _, token = ApiToken.issue(user)
-    port = free_port()
-    web = subprocess.Popen([py, "-m", "uvicorn", "trainhub.asgi:application", "--port", str(port), "--log-level",
-                            "warning"], cwd=ROOT, env=env)
     worker = subprocess.Popen([py, "manage.py", "runworker", "--pool", "cpu", "--loglevel", "WARNING"], cwd=ROOT,
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    import httpx
-
+    samples = []
     try:
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"})
-        for _ in range(100):
-            try:
-                client.get("/api/jobs")
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        time.sleep(3)  # let the worker connect
-        to_running, to_first_line = [], []
-        for i in range(args.jobs):
-            spec = {"name": f"bench-{i}", "data": {"dataset": "iris"}, "model": {"name": "logreg"},
-                    "train": {"epochs": 1}}
-            job_id = client.post("/api/jobs", json=spec).json()["id"]
-            while Job.objects.get(pk=job_id).status not in ("succeeded", "failed"):
-                time.sleep(0.05)
-            job = Job.objects.get(pk=job_id)
-            submitted = JobEvent.objects.get(job=job, new="queued").at
-            running = JobEvent.objects.get(job=job, new="running").at
-            first = LogLine.objects.filter(job=job, stream="o").order_by("seq").first().at
-            to_running.append((running - submitted).total_seconds())
-            to_first_line.append((first - submitted).total_seconds())
+        with Web(env, user, tmp / "web.log") as web:
+            time.sleep(3)  # let the worker connect
+            for i in range(args.jobs):
+                spec = {"name": f"bench-{i}", "data": {"dataset": "iris"}, "model": {"name": "logreg"},
+                        "train": {"epochs": 1}}
+                requested = datetime.now(timezone.utc)  # the clock starts as the request is sent
+                job_id = web.submit(spec)
+                while Job.objects.get(pk=job_id).status not in ("succeeded", "failed"):
+                    time.sleep(0.05)
+                job = Job.objects.get(pk=job_id)
+                assert job.status == "succeeded", job.error
+                running = JobEvent.objects.get(job=job, new="running").at
+                first = LogLine.objects.filter(job=job, stream="o").order_by("seq").first()
+                samples.append({"job": job_id, "to_running_s": (running - requested).total_seconds(),
+                                "to_first_line_s": (first.at - requested).total_seconds(), "first_line": first.text})
         t0 = time.perf_counter()
         subprocess.run([py, "-c", "import torch"], check=True)
         import_torch = time.perf_counter() - t0
     finally:
-        web.terminate()
         os.killpg(worker.pid, 15)
         worker.wait(30)
-        web.wait(10)
         redis.stop()
+    to_running = [s["to_running_s"] for s in samples]
+    to_first_line = [s["to_first_line_s"] for s in samples]
+    record.write("submit_latency", {
+        "jobs": args.jobs, "clock": "from the client sending POST /api/jobs", "samples": samples,
+        "median_to_running_ms": statistics.median(to_running) * 1000,
+        "median_to_first_line_ms": statistics.median(to_first_line) * 1000, "import_torch_ms": import_torch * 1000})
     print(f"| jobs | submit → running (median) | submit → first runner log line (median) | bare `import torch` |")
     print("| --- | --- | --- | --- |")
     print(f"| {args.jobs} | {statistics.median(to_running) * 1000:.0f} ms | "

@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def train(args: runner.Arguments) -> int:
     """init → device → data → model → Runner.run, leaving the process group in ``finally``."""
+    if args.is_main:  # before torch, the workload's libraries and the data load (seconds): the log shows it started
+        print(f"{args.spec.name}: starting (mode {args.spec.mode}, strategy {args.spec.strategy_name}), "
+              "loading torch and the data", flush=True)
     from workers.runner.train import Interrupted
 
     try:

@@ -230,7 +230,8 @@ class Runner:
             return torch.optim.SGD(params, lr=t.lr, momentum=0.9, weight_decay=t.weight_decay)
         cls = torch.optim.Adam if t.optimizer == "adam" else torch.optim.AdamW
         params = list(params)
-        # The fused kernel is ~2% faster end to end on a GPU (measured, docs/BENCHMARKS.md); CUDA tensors only.
+        # The fused kernel (CUDA tensors only) does the whole step in one launch; what it gains end to end
+        # on the H200 is not measured yet (docs/BENCHMARKS.md, "LLM on H200").
         tensors = [p for group in params for p in (group["params"] if isinstance(group, dict) else [group])]
         fused = bool(tensors) and all(p.is_cuda for p in tensors)
         return cls(params, lr=t.lr, weight_decay=t.weight_decay, fused=fused or None)

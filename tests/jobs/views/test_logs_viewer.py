@@ -86,6 +86,22 @@ def test_jump_to_first_error_opens_the_page_at_the_traceback(user_client, job):
     assert response.status_code == 302 and response["Location"].endswith("?line=500#L500")
 
 
+def test_first_error_far_into_a_long_log_is_found_and_an_early_one_wins_over_a_late_one(user_client, job):
+    probe = logs.FIRST_ERROR_PROBE  # on PostgreSQL past it the lookup goes through the search index
+    numbered(job, probe + 3000)
+    store(job, [(probe + 3000, 0, "e", "RuntimeError: CUDA error: out of memory"), (probe + 3001, 0, "o", "an exception")])
+    response = user_client.get(f"/jobs/{job.pk}/logs/first-error")
+    assert response["Location"].endswith(f"?line={probe + 3000}#L{probe + 3000}")
+    store(job, [(probe + 3002, 0, "o", "later error")])
+    logs.LogLine.objects.filter(job=job, seq=7).update(text="warning: an Exception was ignored")
+    assert user_client.get(f"/jobs/{job.pk}/logs/first-error")["Location"].endswith("?line=7#L7")
+
+
+def test_a_log_without_an_error_says_so(user_client, job):
+    numbered(job, logs.FIRST_ERROR_PROBE + 10)
+    assert user_client.get(f"/jobs/{job.pk}/logs/first-error")["Location"].endswith("?no_error=1#log")
+
+
 def test_download_returns_every_line_with_its_rank(user_client, job):
     numbered(job, 12345)
     response = user_client.get(f"/jobs/{job.pk}/logs/download")
