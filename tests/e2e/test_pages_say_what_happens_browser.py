@@ -54,6 +54,8 @@ def test_a_refused_upload_keeps_its_message_and_its_text(web, new_page, cpu_pool
     page = new_page()
     page.goto(f"{web.url}/jobs/new")
     page.get_by_role("tab", name="YAML").click()
+    # the tab swaps the whole form in: a file chosen before the swap lands would go with the old form
+    expect(page.locator("textarea[name=spec_yaml]")).to_be_visible()
     page.locator("input[name=spec_file]").set_input_files(str(fedml))
     page.get_by_role("button", name="Submit").click()
     expect(page.locator("#err-spec_yaml")).to_contain_text("training_type")
