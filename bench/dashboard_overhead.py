@@ -69,6 +69,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--sandbox", choices=["required", "off"], default="required",
+                        help="the pool's sandbox (workers/sandbox.py): its cost, by running both")
     ns = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="trainhub-overhead-"))
     from tests.conftest import RedisServer
@@ -87,7 +89,7 @@ def main() -> None:
     from trainhub.jobs.models import Job
     from trainhub.pools.models import WorkerPool
 
-    WorkerPool.objects.get_or_create(name="cpu", defaults={"kind": "cpu", "queue": "cpu"})
+    WorkerPool.objects.update_or_create(name="cpu", defaults={"kind": "cpu", "queue": "cpu", "sandbox": ns.sandbox})
     user = get_user_model().objects.create_user("bench", password="bench-password")
     worker = subprocess.Popen([sys.executable, "manage.py", "runworker", "--pool", "cpu", "--loglevel", "WARNING"],
                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -134,14 +136,14 @@ def main() -> None:
         worker.wait(30)
         redis.stop()
     med = {k: statistics.median(v) for k, v in rows.items()}
-    print(f"MLP on synthetic ({ns.samples} rows, batch {ns.batch}, {ns.epochs} epochs), median of {ns.repeats}\n")
+    print(f"MLP on synthetic ({ns.samples} rows, batch {ns.batch}, {ns.epochs} epochs), median of {ns.repeats}, pool sandbox {ns.sandbox}\n")
     print("| run | bare | through TrainHub (submit → succeeded) | ratio |")
     print("| --- | --- | --- | --- |")
     print(f"| one process | {med['bare']:.2f} s | {med['dash']:.2f} s | {med['dash'] / med['bare']:.2f}x |")
     print(f"| DDP, 2 ranks (gloo) | {med['bare_ddp']:.2f} s | {med['dash_ddp']:.2f} s | "
           f"{med['dash_ddp'] / med['bare_ddp']:.2f}x |")
     record.write("dashboard_overhead", {
-        "samples": ns.samples, "epochs": ns.epochs, "batch": ns.batch, "repeats": ns.repeats,
+        "samples": ns.samples, "epochs": ns.epochs, "batch": ns.batch, "repeats": ns.repeats, "sandbox": ns.sandbox,
         "submit": "HTTP POST /api/jobs (API token) -> final status", "seconds": rows,
         "median_s": med, "ratio_one_process": med["dash"] / med["bare"], "ratio_ddp_2_ranks": med["dash_ddp"] / med["bare_ddp"]})
 
