@@ -45,19 +45,18 @@ def finished(job, timeout=300):
                     timeout=timeout, message=f"job {job.pk} to finish")
 
 
-def lighthouses() -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        if any("torchft_lighthouse" in part for part in proc.info["cmdline"] or []):
-            found.append(proc)
-    return found
-
-
-def training_processes(job_id: int) -> list[psutil.Process]:
-    """Runner processes of this job's sites (their --run-dir names the job's directories)."""
+def lighthouses(job) -> list[psutil.Process]:
+    """This job's lighthouse (and its guard): the processes that bind the port place 0 recorded."""
+    port = GangMember.objects.get(job=job, node_rank=0).lighthouse.rsplit(":", 1)[1]
     return [p for p in psutil.process_iter(["cmdline"])
-            if any(f"job-{job_id}" in part for part in p.info["cmdline"] or [])
-            and "workers.runner" in " ".join(p.info["cmdline"] or [])]
+            if "torchft_lighthouse" in " ".join(p.info["cmdline"] or []) and f"[::]:{port}" in (p.info["cmdline"] or [])]
+
+
+def training_processes(job, runs) -> list[psutil.Process]:
+    """This job's site processes: guards, torchrun and ranks whose command names its run directories."""
+    mine = (f"{runs}/job-{job.pk}/", f"{runs}/job-{job.pk}-site-")
+    return [p for p in psutil.process_iter(["cmdline"])
+            if any(part.startswith(mine) for part in p.info["cmdline"] or [])]
 
 
 def test_a_diloco_job_over_two_pools_trains_both_sites_to_identical_weights(site_workers, user, live_settings):
@@ -80,4 +79,48 @@ def test_a_diloco_job_over_two_pools_trains_both_sites_to_identical_weights(site
     assert set(Metric.objects.filter(job=job, name="sync_participants").values_list("value", flat=True)) == {2}
     final = Metric.objects.filter(job=job, name="val_acc", step=60).get().value
     assert final > 0.7
-    wait_for(lambda: not lighthouses(), timeout=15, message="the lighthouse to stop")
+    wait_for(lambda: not lighthouses(job), timeout=15, message="the lighthouse to stop")
+
+
+def metric_values(job, name) -> list[float]:
+    return list(Metric.objects.filter(job=job, name=name).order_by("step").values_list("value", flat=True))
+
+
+def test_a_killed_site_is_restarted_heals_from_its_peer_and_both_end_with_identical_weights(
+        site_workers, user, live_settings):
+    job = job_submit(owner=user, data=spec(max_restarts=1, train={"max_steps": 600, "epochs": 1000,
+                                                                   "log_every_steps": 10}))
+    wait_for(lambda: len(metric_values(job, "cloud-b/sync_outer_step")) >= 3, timeout=240,
+             message="site cloud-b to sync three times")
+    site_b = [p for p in psutil.process_iter(["cmdline"])
+              if any(f"job-{job.pk}-site-cloud-b" in part for part in p.info["cmdline"] or [])]
+    assert site_b
+    for proc in site_b:  # the guard, torchrun and the rank: the whole site at once
+        proc.kill()
+    lost_at = len(metric_values(job, "sync_outer_step"))
+    done = finished(job, timeout=400)
+    assert done.status == "succeeded", done.error
+    text = "\n".join(line.text for line in read_lines(job.pk, limit=100000))
+    assert "[site cloud-b] site lost: killed by SIGKILL" in text
+    participants = metric_values(job, "sync_participants")
+    outer = metric_values(job, "sync_outer_step")
+    assert 1.0 in participants[lost_at - 1:], "lab-a never synced alone while cloud-b was down"
+    assert participants[-1] == 2.0, "cloud-b did not rejoin"
+    assert outer == sorted(outer) and len(outer) > lost_at  # lab-a kept stepping through the outage
+    runs = live_settings.TRAINHUB_RUNS_DIR
+    assert sites.same_weights(sites.final_weights(runs / f"job-{job.pk}", 600),
+                              sites.final_weights(runs / f"job-{job.pk}-site-cloud-b", 600))
+
+
+def test_cancel_stops_every_site_and_the_lighthouse(site_workers, user, live_settings):
+    from trainhub.jobs.services import job_cancel
+
+    job = job_submit(owner=user, data=spec(train={"max_steps": 100000, "epochs": 100000, "log_every_steps": 10}))
+    wait_for(lambda: metric_values(job, "cloud-b/sync_outer_step") and metric_values(job, "sync_outer_step"),
+             timeout=240, message="both sites to sync once")
+    runs = live_settings.TRAINHUB_RUNS_DIR
+    assert lighthouses(job) and len(training_processes(job, runs)) >= 4  # guard + torchrun + rank, per site
+    job_cancel(Job.objects.get(pk=job.pk), actor=user)
+    assert finished(job, timeout=120).status == "cancelled"
+    wait_for(lambda: not training_processes(job, runs) and not lighthouses(job), timeout=60,
+             message="every site's processes and the lighthouse to end")
