@@ -57,12 +57,15 @@ class SyncMixin:
         from torchft.process_group import ProcessGroupGloo
 
         timeout = timedelta(seconds=self.sync.timeout_seconds)
+        # Other sites reach this site's torchrun store (gloo's rendezvous between sites) at the
+        # address it advertises: torchrun --standalone says "localhost", which only works on one machine.
+        address = os.environ.get("TRAINHUB_SITE_ADDRESS") or socket.gethostname()
         self.manager = Manager(
             pg=ProcessGroupGloo(timeout=timeout), load_state_dict=self._load_state, state_dict=self._state,
             min_replica_size=self.sync.min_sites, use_async_quorum=False, timeout=timeout,
             quorum_timeout=QUORUM_TIMEOUT, connect_timeout=timeout, rank=self.rank, world_size=self.world_size,
             replica_id=f"{self.site_name}_{self.site}",  # torchft reads the trailing digits as the group's number
-            hostname=os.environ.get("TRAINHUB_SITE_ADDRESS") or socket.gethostname())
+            hostname=address, store_addr=address if "TRAINHUB_SITE_ADDRESS" in os.environ else None)
         self._payload = sum(p.numel() * p.element_size() for p in self.raw_model.parameters())
         self.optimizer.register_step_post_hook(self._before_sync)  # runs before torchft's hook ...
         if self.sync.algorithm == "diloco":
