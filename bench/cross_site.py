@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -79,25 +80,29 @@ def base_spec(steps: int, hidden: int) -> dict:
             "train": {"max_steps": steps, "epochs": 100000, "log_every_steps": 5, "eval_every_steps": steps}}
 
 
-def start(spec, run_dir: Path, env_extra: dict, *, in_ns: bool, **kwargs) -> subprocess.Popen:
+def start(spec, run_dir: Path, env_extra: dict, *, in_ns: bool, tag: str = "", **kwargs) -> subprocess.Popen:
     run_dir.mkdir(parents=True, exist_ok=True)
-    config = run_dir / "job.yaml"
+    config = run_dir / f"job{tag}.yaml"
     config.write_text(dump_yaml(spec), encoding="utf-8")
     env = {**launch.env(spec, run_dir), "OMP_NUM_THREADS": "1", **env_extra}
     argv = launch.argv(spec, config, run_dir, **kwargs)
+    if kwargs.get("node_rank") == 0:  # torchrun hosts the c10d store only where the endpoint is the hostname's
+        at = argv.index("torch.distributed.run") + 1
+        argv[at:at] = ["--rdzv-conf", "is_host=1"]
     if in_ns:
         argv = ["ip", "netns", "exec", NS, *argv]
-    return subprocess.Popen(argv, env=env, cwd=run_dir, stdout=open(run_dir / "out.log", "wb"),
+    return subprocess.Popen(argv, env=env, cwd=run_dir, stdout=open(run_dir / f"out{tag}.log", "wb"),
                             stderr=subprocess.STDOUT)
 
 
 def run_ddp(work: Path, steps: int, hidden: int) -> list[Path]:
     spec = parse_spec({**base_spec(steps, hidden), "mode": "ddp", "resources": {"nodes": 2, "procs_per_node": 1}})
     rdzv = f"{HOST_IP}:{free_port()}"
-    procs = [start(spec, work / f"node{i}", {"GLOO_SOCKET_IFNAME": [HOST_IF, NS_IF][i], "PET_LOCAL_ADDR": [HOST_IP, NS_IP][i]},
-                   in_ns=i == 1, nnodes=2, node_rank=i, rdzv_endpoint=rdzv, rdzv_id="bench") for i in range(2)]
+    # one run directory, as a multi-node job's checkpoint expects (a shared filesystem)
+    procs = [start(spec, work / "run", {"GLOO_SOCKET_IFNAME": [HOST_IF, NS_IF][i], "PET_LOCAL_ADDR": [HOST_IP, NS_IP][i]},
+                   in_ns=i == 1, tag=f".node{i}", nnodes=2, node_rank=i, rdzv_endpoint=rdzv, rdzv_id="bench") for i in range(2)]
     wait(procs, work)
-    return [work / "node0"]
+    return [work / "run"]
 
 
 def run_diloco(work: Path, steps: int, hidden: int, every: int) -> list[Path]:
@@ -158,6 +163,7 @@ def main() -> None:
         plans = [("ddp", lambda d: run_ddp(d, ns.steps, ns.hidden))]
         plans += [(f"diloco_h{h}", (lambda h: lambda d: run_diloco(d, ns.steps, ns.hidden, h))(h)) for h in ns.every]
         for name, run in plans:
+            shutil.rmtree(work / name, ignore_errors=True)
             before, t0 = wire_bytes(), time.monotonic()
             dirs = run(work / name)
             results["runs"][name] = summarise(dirs, ns.steps, ns.target, time.monotonic() - t0, wire_bytes() - before)

@@ -61,6 +61,7 @@ class SyncMixin:
         # address it advertises: torchrun --standalone says "localhost", which only works on one machine.
         address = os.environ.get("TRAINHUB_SITE_ADDRESS") or socket.gethostname()
         self.manager = Manager(
+            checkpoint_transport=_transport(timeout, address),
             pg=ProcessGroupGloo(timeout=timeout), load_state_dict=self._load_state, state_dict=self._state,
             min_replica_size=self.sync.min_sites, use_async_quorum=False, timeout=timeout,
             quorum_timeout=QUORUM_TIMEOUT, connect_timeout=timeout, rank=self.rank, world_size=self.world_size,
@@ -126,6 +127,19 @@ class SyncMixin:
                 self.manager.shutdown(wait=False)
         finally:
             super().teardown()
+
+
+def _transport(timeout: timedelta, address: str):
+    """torchft's HTTP checkpoint transport (a site heals by fetching a peer's state from it),
+    advertised at this site's address: torchft's own says ``socket.gethostname()``, which
+    another site across a VPN may not resolve to this machine."""
+    from torchft.checkpointing.http_transport import HTTPTransport
+
+    class SiteTransport(HTTPTransport):
+        def address(self) -> str:
+            return super().address().replace(f"//{socket.gethostname()}:", f"//{address}:", 1)
+
+    return SiteTransport(timeout=timeout, num_chunks=0)
 
 
 def build(strategy_class: type[Strategy]) -> type[Strategy]:
