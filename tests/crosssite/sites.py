@@ -14,8 +14,9 @@ from workers.runner.config import dump_yaml, parse_spec
 LIGHTHOUSE = str(Path(sys.executable).parent / "torchft_lighthouse")
 
 
-def spec(algorithm: str = "diloco", *, every: int = 10, max_steps: int = 60, pools=("lab-a", "cloud-b"), **extra):
-    sync = {"algorithm": algorithm, "every": every, "timeout_seconds": 30}
+def spec(algorithm: str = "diloco", *, every: int = 10, max_steps: int = 60, pools=("lab-a", "cloud-b"),
+         min_sites: int = 1, **extra):
+    sync = {"algorithm": algorithm, "every": every, "timeout_seconds": 30, "min_sites": min_sites}
     return parse_spec({"name": "cs", "mode": "ddp", "sites": [{"pool": p} for p in pools], "sync": sync,
                        "train": {"max_steps": max_steps, "epochs": 1000, "log_every_steps": 10},
                        "data": {"dataset": "digits", "batch_size": 32}, **extra})
@@ -27,8 +28,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_lighthouse(port: int, join_timeout_ms: int = 30000) -> subprocess.Popen:
-    return subprocess.Popen([LIGHTHOUSE, "--min_replicas", "1", "--join_timeout_ms", str(join_timeout_ms),
+def start_lighthouse(port: int, join_timeout_ms: int = 30000, min_replicas: int = 1) -> subprocess.Popen:
+    return subprocess.Popen([LIGHTHOUSE, "--min_replicas", str(min_replicas), "--join_timeout_ms", str(join_timeout_ms),
                              "--bind", f"[::]:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -60,7 +60,9 @@ def training_processes(job, runs) -> list[psutil.Process]:
 
 
 def test_a_diloco_job_over_two_pools_trains_both_sites_to_identical_weights(site_workers, user, live_settings):
-    job = job_submit(owner=user, data=spec())
+    # min_sites 2: both sites in every sync, however far apart the two workers start them
+    job = job_submit(owner=user, data=spec(sync={"algorithm": "diloco", "every": 10, "timeout_seconds": 30,
+                                                 "min_sites": 2}))
     done = finished(job)
     assert done.status == "succeeded", done.error
     places = {m.node_rank: m.worker.hostname for m in GangMember.objects.filter(job=job).select_related("worker")}

@@ -2,9 +2,13 @@
 they sync through a lighthouse, report sync metrics, and end with identical weights."""
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from tests.crosssite import sites
+from workers.runner import launch
+from workers.runner.config import dump_yaml, parse_spec
 from workers.runner.report import read_events
 
 pytestmark = pytest.mark.slow
@@ -12,9 +16,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("algorithm", ["diloco", "localsgd"])
 def test_two_sites_sync_and_end_with_identical_weights(tmp_path, algorithm):
-    spec = sites.spec(algorithm, every=10, max_steps=60)
+    # both sites in every sync: on a loaded machine one site may start long after the other, and
+    # with min_sites 1 the first would sync alone (the late one then heals: the kill test covers that)
+    spec = sites.spec(algorithm, every=10, max_steps=60, min_sites=2)
     port = sites.free_port()
-    lighthouse = sites.start_lighthouse(port)
+    lighthouse = sites.start_lighthouse(port, min_replicas=2)
     try:
         procs = [sites.start_site(spec, i, tmp_path / f"site{i}", f"http://localhost:{port}") for i in range(2)]
         codes = [p.wait(timeout=400) for p in procs]
@@ -34,24 +40,18 @@ def test_two_sites_sync_and_end_with_identical_weights(tmp_path, algorithm):
 def test_diloco_over_two_sites_learns_about_as_well_as_one_site_of_two_ranks(tmp_path):
     """The same total steps and global batch: one DDP site of two ranks against two one-rank sites
     syncing every 10 steps. DiLoCo sees H× fewer syncs; on digits it must still reach a close accuracy."""
-    from tests.runner.conftest import ROOT  # noqa: F401 - the runner tests' environment
-    from workers.runner import launch
-    from workers.runner.config import dump_yaml, parse_spec
-
     single = parse_spec({"name": "one-site", "mode": "ddp", "resources": {"procs_per_node": 2},
                          "train": {"max_steps": 60, "epochs": 1000, "log_every_steps": 10},
                          "data": {"dataset": "digits", "batch_size": 32}})
     run_dir = tmp_path / "single"
     run_dir.mkdir()
     (run_dir / "job.yaml").write_text(dump_yaml(single))
-    import subprocess
-
     done = subprocess.run(launch.argv(single, run_dir / "job.yaml", run_dir), env=launch.env(single, run_dir),
                           cwd=run_dir, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-2000:]
-    spec = sites.spec("diloco", every=10, max_steps=60)
+    spec = sites.spec("diloco", every=10, max_steps=60, min_sites=2)
     port = sites.free_port()
-    lighthouse = sites.start_lighthouse(port)
+    lighthouse = sites.start_lighthouse(port, min_replicas=2)
     try:
         procs = [sites.start_site(spec, i, tmp_path / f"site{i}", f"http://localhost:{port}") for i in range(2)]
         assert [p.wait(timeout=400) for p in procs] == [0, 0]
