@@ -90,8 +90,11 @@ def metric_values(job, name) -> list[float]:
 
 def test_a_killed_site_is_restarted_heals_from_its_peer_and_both_end_with_identical_weights(
         site_workers, user, live_settings):
+    # timeout 10 s: a sync the dead site was in fails within 10 s and the lighthouse stops waiting
+    # for it, so lab-a syncs alone before cloud-b (torch import, torchrun: > 10 s here) is back
     job = job_submit(owner=user, data=spec(max_restarts=1, train={"max_steps": 600, "epochs": 1000,
-                                                                   "log_every_steps": 10}))
+                                                                   "log_every_steps": 10},
+                                           sync={"algorithm": "diloco", "every": 10, "timeout_seconds": 10}))
     wait_for(lambda: len(metric_values(job, "cloud-b/sync_outer_step")) >= 3, timeout=240,
              message="site cloud-b to sync three times")
     site_b = [p for p in psutil.process_iter(["cmdline"])

@@ -65,3 +65,20 @@ def test_diloco_over_two_sites_learns_about_as_well_as_one_site_of_two_ranks(tmp
     print(f"single site: val_loss {one['val_loss']:.4f} val_acc {one['val_acc']:.4f}; "
           f"diloco two sites: val_loss {two['val_loss']:.4f} val_acc {two['val_acc']:.4f}")
     assert two["val_acc"] >= one["val_acc"] - 0.1
+
+
+def test_an_llm_job_runs_under_diloco_over_two_sites(tmp_path):
+    spec = sites.spec("diloco", every=5, max_steps=20, min_sites=2, mode="llm",
+                      llm={"size": "tiny", "seq_len": 32, "sample_tokens": 8}, data={"batch_size": 4},
+                      train={"max_steps": 20, "epochs": 100, "log_every_steps": 5})
+    port = sites.free_port()
+    lighthouse = sites.start_lighthouse(port, min_replicas=2)
+    try:
+        procs = [sites.start_site(spec, i, tmp_path / f"site{i}", f"http://localhost:{port}") for i in range(2)]
+        assert [p.wait(timeout=600) for p in procs] == [0, 0], (tmp_path / "site0" / "out.log").read_text()[-3000:]
+    finally:
+        lighthouse.kill()
+        lighthouse.wait()
+    assert sites.same_weights(sites.final_weights(tmp_path / "site0", 20), sites.final_weights(tmp_path / "site1", 20))
+    metrics = [e["values"] for e in read_events(tmp_path / "site1")[0] if e["type"] == "metrics"]
+    assert [m["sync_outer_step"] for m in metrics if "sync_outer_step" in m] == [1, 2, 3, 4]
