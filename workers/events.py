@@ -14,8 +14,9 @@ log = logging.getLogger(__name__)
 
 
 class EventReader:
-    def __init__(self, job_id: int, run_dir: Path, outage: DbOutage):
+    def __init__(self, job_id: int, run_dir: Path, outage: DbOutage, prefix: str = ""):
         self.job_id = job_id
+        self.prefix = prefix  # a cross-site job's other sites: their metrics as "<pool>/name", no progress
         self.run_dir = run_dir
         self.outage = outage
         self.offset = 0
@@ -39,11 +40,11 @@ class EventReader:
             kind = event.get("type")
             try:
                 if kind == "metrics" and isinstance(event.get("values"), dict):
-                    values = {str(k): float(v) for k, v in event["values"].items()
+                    values = {self.prefix + str(k): float(v) for k, v in event["values"].items()
                               if isinstance(v, (int, float)) and math.isfinite(v)}
                     if values:
                         logs.record_metrics(self.job_id, int(event.get("step", 0)), values)
-                elif kind in ("progress", "start") and "total_steps" in event:
+                elif kind in ("progress", "start") and "total_steps" in event and not self.prefix:
                     progress = (int(event.get("step", 0)), int(event["total_steps"]))
             except (TypeError, ValueError):  # a malformed event is skipped, never fatal
                 log.warning("job %s: skipped malformed event %r", self.job_id, event)

@@ -20,7 +20,7 @@ from trainhub.jobs.services import job_enqueue  # noqa: E402
 from trainhub.pools import registry  # noqa: E402
 from trainhub.runs import gang, heartbeat, scheduling, slurm_adopt  # noqa: E402
 from trainhub.runs.models import GangMember  # noqa: E402
-from workers import executor  # noqa: E402
+from workers import crosssite, executor  # noqa: E402
 from workers import gang as gang_node  # noqa: E402
 from workers.app import app  # noqa: E402
 
@@ -102,6 +102,8 @@ def _run_gang_member(member: GangMember, env_extra: dict[str, str], *, task_id: 
         if isinstance(started, str):
             return f"gang not started: {started}"
         job = started
+        if job.spec_model.sites:
+            return _run_site_place(member, job, env_extra)
         launch_kwargs = {"nnodes": nodes, "node_rank": member.node_rank, "rdzv_endpoint": gang.leader_address(member),
                          "rdzv_id": f"job{job.pk}-{job.attempt}"}
         if member.node_rank == 0:
@@ -129,6 +131,22 @@ def _run_gang_member(member: GangMember, env_extra: dict[str, str], *, task_id: 
     finally:
         job_release_gpus(member.job, worker_id=member.worker_id, token=member.lease_token)
         GangMember.objects.filter(pk=member.pk).update(done=True)
+
+
+def _run_site_place(member: GangMember, job: Job, env_extra: dict[str, str]) -> str:
+    """A cross-site job's place (``workers.crosssite``); place 0 records the job's outcome."""
+    try:
+        outcome = crosssite.run_place(member, job, env_extra)
+    except Exception as exc:
+        log.exception("place %s of cross-site job %s could not run", member.node_rank, job.pk)
+        outcome = Outcome(Status.FAILED, None, f"place {member.node_rank}: worker error: {exc}")
+    if member.node_rank == 0:
+        job_release_gpus(job, worker_id=member.worker_id, token=member.lease_token)
+    if outcome is not None:
+        job_finish(job, outcome)
+    if member.node_rank == 0:
+        _trim_logs(job)
+    return outcome.status if outcome is not None else f"place {member.node_rank} done"
 
 
 def _send_again(job_id: int, wait: float = 0.0) -> None:

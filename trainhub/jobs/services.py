@@ -34,6 +34,8 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
     if owner is not None and not pool.may_submit(owner):
         raise SpecError({"pool": f"you may not submit to pool {pool.name!r} (restricted to some groups); "
                                  "choose another pool or ask an administrator for access"})
+    if spec.sites:
+        _check_sites(spec, owner)
     if pool.mode_list and spec.mode not in pool.mode_list:
         raise SpecError({"mode": f"pool {pool.name!r} accepts only {', '.join(pool.mode_list)} jobs; "
                                  "change the mode or choose another pool"})
@@ -67,6 +69,24 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
     workspace = Workspace.objects.filter(name=spec.script.workspace).first() if spec.script else None
     preflight(spec, None, workspace_dir=workspace.path if workspace else None)
     return spec, pool
+
+
+def _check_sites(spec: JobSpec, owner) -> None:
+    """Every site of a cross-site job needs a pool that exists, takes jobs from this user and runs
+    processes on its own workers (a Slurm pool cannot host a site yet)."""
+    pools = {p.name: p for p in WorkerPool.objects.filter(name__in=[s.pool for s in spec.sites])}
+    errors = {}
+    for i, site in enumerate(spec.sites):
+        pool = pools.get(site.pool)
+        if pool is None:
+            errors[f"sites.{i}.pool"] = f"no pool named {site.pool!r}; choose an existing pool for this site"
+        elif not pool.accepts_submissions or (owner is not None and not pool.may_submit(owner)):
+            errors[f"sites.{i}.pool"] = f"pool {site.pool!r} does not take your jobs now; choose another pool"
+        elif pool.backend != "local":
+            errors[f"sites.{i}.pool"] = (f"pool {site.pool!r} runs jobs through {pool.backend}; a site needs a pool "
+                                         "whose workers run the processes themselves (backend local)")
+    if errors:
+        raise SpecError(errors)
 
 
 def _exempt(owner) -> bool:
@@ -137,8 +157,13 @@ def job_enqueue(job: Job) -> None:
     """Send the run message to the pool's queue. The web never imports the task module."""
     from workers.app import app
 
+    queues = [job.pool.queue]
+    sites = job.spec_model.sites if job.spec.get("sites") else None
+    if sites:  # a cross-site job: every site's pool hears of it (runs.crosssite)
+        queues = list(WorkerPool.objects.filter(name__in=[s.pool for s in sites]).values_list("queue", flat=True))
     try:
-        result = app.send_task(RUN_JOB_TASK, args=[job.pk, job.attempt], queue=job.pool.queue)
+        for queue in queues:
+            result = app.send_task(RUN_JOB_TASK, args=[job.pk, job.attempt], queue=queue)
     except Exception:  # the broker is down: the job stays queued and is re-sent by reconcile
         log.exception("could not enqueue job %s; it stays queued", job.pk)
         return

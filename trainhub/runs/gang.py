@@ -46,6 +46,10 @@ def gang_wait(member: GangMember, nodes: int, *, task_id: str = "", stop: thread
         if (timezone.now() - first).total_seconds() > gang_timeout():
             reason = (f"gang timeout: only {len(joined)} of {nodes} workers of pool {job.pool.name} could take the "
                       f"job within {gang_timeout():.0f} s; free workers or lower resources.nodes")
+            if job.spec_model.sites:
+                from trainhub.runs import crosssite
+
+                reason = crosssite.missing(job, joined) + f" (waited {gang_timeout():.0f} s)"
             job.transition(Status.FAILED, reason=reason, expect=Status.QUEUED, error=reason)
             return reason
         if stop is not None and stop.is_set():

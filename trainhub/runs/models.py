@@ -39,6 +39,8 @@ class GangMember(models.Model):
     worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="gang_members")
     node_rank = models.PositiveSmallIntegerField()
     address = models.CharField(max_length=300, blank=True, help_text="rank 0: the c10d rendezvous host:port")
+    lighthouse = models.CharField(max_length=300, blank=True,
+                                  help_text="cross-site job, place 0: the torchft lighthouse's http://host:port")
     lease_token = models.PositiveIntegerField(help_text="the job's lease token once the gang starts")
     joined_at = models.DateTimeField(default=timezone.now)
     done = models.BooleanField(default=False, help_text="this member's thread has let go (slot free)")

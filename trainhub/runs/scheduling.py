@@ -21,6 +21,7 @@ from django.db import IntegrityError, transaction
 
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Worker, WorkerPool
+from trainhub.runs import crosssite
 from trainhub.runs.fair import candidates, owner_usage
 from trainhub.runs.lifecycle import job_claim
 from trainhub.runs.models import GangMember, GpuLease
@@ -42,10 +43,12 @@ class Decision:
 def needs(job: Job) -> tuple[int, int]:
     """Machines and GPUs per machine ``job`` asks for."""
     try:
-        res = job.spec_model.resources
+        spec = job.spec_model
     except SpecError:  # claimed like any one-machine job; running it fails it with the spec's message
         return 1, 0
-    return res.nodes, res.gpus_per_node
+    if spec.sites:  # cross-site: every site's nodes are places of one gang
+        return len(crosssite.places(spec)), spec.resources.gpus_per_node
+    return spec.resources.nodes, spec.resources.gpus_per_node
 
 
 def free_gpus(worker: Worker) -> list[int]:
@@ -85,14 +88,15 @@ def gang_join(job: Job, worker: Worker, gpus: list[int], nodes: int) -> GangMemb
 
 
 def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") -> Decision:
-    hint = Job.objects.filter(pk=hint_id).values("status", "attempt", "pool_id").first()
+    hint = Job.objects.filter(pk=hint_id).values("status", "attempt", "pool_id", "spec").first()
     if hint is None or hint["status"] != Status.QUEUED or hint["attempt"] != attempt:
         return Decision(drop="not queued for this attempt (cancelled, or already claimed)")
     worker = Worker.objects.select_related("pool").filter(hostname=hostname).first()
     if worker is None:
         return Decision(wait=f"worker {hostname} is not registered yet")
     pool = worker.pool  # fresh from the database: drain, slots and limits take effect at once
-    if pool.pk != hint["pool_id"]:
+    site_pools = _site_pools(hint["spec"])
+    if pool.pk != hint["pool_id"] and pool.name not in site_pools:
         return Decision(wait=f"the job belongs to another pool than {pool.name}")
     if pool.state != WorkerPool.State.ENABLED:
         return Decision(wait=f"pool {pool.name} is {pool.state}")
@@ -101,6 +105,8 @@ def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") 
         running = slots_used(worker)
         if running >= slots:
             return Decision(wait=f"all {slots} slot(s) of {hostname} are busy")
+        if site_pools:
+            return _join_site(hint_id, worker)
         return _claim_fitting(pool, worker, hostname, task_id, slots - running)
 
 
@@ -112,6 +118,8 @@ def _claim_fitting(pool: WorkerPool, worker: Worker, hostname: str, task_id: str
     capped: set[str] = set()
     for job in candidates(pool, usage):
         nodes, gpus = needs(job)
+        if _site_pools(job.spec):  # a cross-site job is taken through its own message (_join_site)
+            continue
         why = usage.capped(job.owner_id, gpus)
         if why:
             capped.add(why)
@@ -133,3 +141,29 @@ def _claim_fitting(pool: WorkerPool, worker: Worker, hostname: str, task_id: str
     held = f"; waiting on per-user limits: {', '.join(sorted(capped))}" if capped else ""
     return Decision(wait=f"no queued job of pool {pool.name} fits {hostname} now "
                          f"({len(free)} free GPU(s), {free_slots} free slot(s)){held}")
+
+
+def _site_pools(spec: dict) -> list[str]:
+    """The pools of a cross-site job's sites ([] for any other job); read before the spec is parsed,
+    so a worker of a site's pool (not the job's first pool) recognises the job's message."""
+    sites = spec.get("sites") if isinstance(spec, dict) else None
+    return [s.get("pool") for s in sites if isinstance(s, dict)] if isinstance(sites, list) else []
+
+
+def _join_site(job_id: int, worker: Worker) -> Decision:
+    """A cross-site job: take a place in its site's part of the gang (outside the fair order:
+    the job's sites must gather within the gang timeout)."""
+    job = Job.objects.select_related("pool").get(pk=job_id)
+    if GangMember.objects.filter(job=job, attempt=job.attempt, worker=worker).exists():
+        return Decision(wait=f"{worker.hostname} already holds a place in job {job.pk}")
+    try:
+        gpus = job.spec_model.for_site(_site_pools(job.spec).index(worker.pool.name)).resources.gpus_per_node
+    except SpecError:
+        return Decision(drop="its spec is no longer valid")
+    free = free_gpus(worker)
+    if gpus > len(free):
+        return Decision(wait=f"{worker.hostname} has {len(free)} free GPU(s), the site needs {gpus}")
+    member = crosssite.join(job, worker, free[:gpus])
+    if member is None:
+        return Decision(wait=f"no free place of pool {worker.pool.name} in cross-site job {job.pk}")
+    return Decision(job=job, gpus=free[:gpus], member=member)

@@ -12,7 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from workers.runner import fedml, modes
+from workers.runner import crosssite_spec, fedml, modes
+from workers.runner.crosssite_spec import Site, Sync
 from workers.runner.errors import SpecError
 # re-exported: callers import the spec's names from here
 from workers.runner.modes import MODES, MODES_TABLE, STRATEGIES, WORKLOADS, Strategy, Workload  # noqa: F401
@@ -50,6 +51,9 @@ class JobSpec(_Section):
     watchdog_minutes: float = Field(0, ge=0, le=60 * 24 * 30,
                                     description="fail the job after this long without output or progress; 0: off")
     notify: Notify | None = None
+    sites: list[Site] | None = Field(None, min_length=1, max_length=16,
+                                     description="cross-site: one entry per site {pool, nodes, procs_per_node}")
+    sync: Sync | None = Field(None, description="cross-site: how the sites meet (docs/CROSS_SITE.md)")
 
     @model_validator(mode="before")
     @classmethod
@@ -58,8 +62,14 @@ class JobSpec(_Section):
 
     @model_validator(mode="after")
     def _combinations(self) -> "JobSpec":
+        site_errors = crosssite_spec.check(self)
+        if self.sites and not site_errors:  # site 0 stands for the job where one pool and one size are asked
+            if "pool" not in self.model_fields_set:  # a site's own spec (for_site) names its pool
+                self.pool = self.sites[0].pool
+            if "resources" not in self.model_fields_set:
+                self.resources = self.sites[0].resources
         self._fill_in()
-        errors = self._strategy_errors()
+        errors = {**self._strategy_errors(), **site_errors}
         if self.workload == "classify":
             if self.data.dataset not in DATASETS:
                 errors["data.dataset"] = f"unknown dataset {self.data.dataset!r}; choose one of {', '.join(DATASETS)}"
@@ -108,6 +118,10 @@ class JobSpec(_Section):
             errors["resources.gpus_per_node"] = ("centralized (strategy single) uses at most one GPU; "
                                                  "use mode ddp (or strategy: ddp) for more")
         return errors
+
+    def for_site(self, index: int) -> "JobSpec":
+        """This spec as cross-site site ``index`` runs it (its pool and resources)."""
+        return crosssite_spec.for_site(self, index)
 
     @property
     def world_size(self) -> int:

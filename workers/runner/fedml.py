@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workers.runner import fedml_cross_cloud
 from workers.runner.errors import SpecError
 
 FEDML_SECTIONS = ("common_args", "data_args", "model_args", "train_args", "device_args",
@@ -81,6 +82,9 @@ def is_fedml(data: dict[str, Any]) -> bool:
 
 def translate(data: dict[str, Any]) -> dict[str, Any]:
     """A TrainHub spec mapping from a FedML config; raises ``SpecError`` naming every refused key."""
+    common = data.get("common_args")
+    if isinstance(common, dict) and common.get("training_type") == "cross_cloud":
+        return _translate_cross_cloud(data)
     spec: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for section in FEDML_SECTIONS:
@@ -105,6 +109,46 @@ def translate(data: dict[str, Any]) -> dict[str, Any]:
         else:
             spec[key] = value
     spec.setdefault("name", "fedml-job")
+    return spec
+
+
+def _translate_cross_cloud(data: dict[str, Any]) -> dict[str, Any]:
+    """``training_type: cross_cloud`` (FedAvg over sites) → localsgd over ``sites`` (fedml_cross_cloud.py)."""
+    train = data.get("train_args") if isinstance(data.get("train_args"), dict) else {}
+    rounds, epochs = train.get("comm_round", 1), train.get("epochs", 1)
+    sites = data.get("sites") if isinstance(data.get("sites"), list) else []
+    if len(sites) < 2:
+        raise SpecError({"common_args.training_type": "cross_cloud needs sites beside the FedML sections, one pool "
+                                                      "per cloud or lab: sites: [{pool: lab-a}, {pool: cloud-b}]"})
+    rest = {**data, "common_args": {k: v for k, v in data["common_args"].items() if k != "training_type"},
+            "train_args": {k: v for k, v in train.items() if k not in ("comm_round", "epochs", "client_num_in_total",
+                                                                        "client_num_per_round")}}
+    errors: dict[str, str] = {}
+    for key in ("client_num_in_total", "client_num_per_round"):
+        if key in train and train[key] != len(sites):
+            errors[f"train_args.{key}"] = (f"each client is a site here: {train[key]} clients but {len(sites)} sites; "
+                                           "set it to the number of sites or remove it")
+    for key, value in (("comm_round", rounds), ("epochs", epochs)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            errors[f"train_args.{key}"] = "must be a whole number of at least 1"
+    for section in FEDML_SECTIONS:
+        block = data.get(section)
+        for key in (block if isinstance(block, dict) else {}):
+            if key in fedml_cross_cloud.REFUSED:
+                errors[f"{section}.{key}"] = fedml_cross_cloud.REFUSED[key]
+                rest[section] = {k: v for k, v in rest[section].items() if k != key}
+    if (data.get("comm_args") or {}).get("backend") not in (None, "MQTT_S3", "sp"):
+        errors["comm_args.backend"] = "cross_cloud sites meet through torchft here; use MQTT_S3 (replaced) or remove it"
+    rest["comm_args"] = {k: v for k, v in (rest.get("comm_args") or {}).items() if k != "backend"}
+    try:
+        spec = translate(rest)  # its refusals join ours: every bad key named at once
+    except SpecError as exc:
+        errors = {**exc.errors, **errors}
+        spec = {}
+    if not errors:
+        errors.update(fedml_cross_cloud.translate(spec, data, rounds, epochs))
+    if errors:
+        raise SpecError(errors)
     return spec
 
 

@@ -143,7 +143,8 @@ def resolve_entry(workspace_dir: str | Path, entry: str) -> Path | str:
 def _multi_process(spec: JobSpec) -> bool:
     if spec.workload == "script":
         return _script_launcher(spec) != "python"
-    return spec.world_size > 1 or spec.strategy_name != "single"
+    # cross-site sync: torchft's manager keeps its replica group's address in torchrun's store
+    return spec.world_size > 1 or spec.strategy_name != "single" or spec.sync is not None
 
 
 def _script_launcher(spec: JobSpec) -> str | None:

@@ -23,7 +23,7 @@ from workers.runner.errors import SpecError
 from workers.runner.data import Datasets
 from workers.runner import fence
 from workers.runner.report import Reporter
-from workers.runner.strategies import STRATEGIES
+from workers.runner import strategies
 
 #: training time between two agreed stop checks of a multi-rank run (well inside the kill grace)
 STOP_CHECK_SECONDS = 0.5
@@ -38,12 +38,12 @@ class Runner:
     def __init__(self, args: Arguments, device: torch.device, dataset: Datasets, model: torch.nn.Module):
         self.args, self.spec, self.device = args, args.spec, device
         self.workload = args.workload
-        self.strategy = STRATEGIES[self.spec.strategy_name](self.spec, device, args.run_dir)
+        self.strategy = strategies.for_spec(self.spec)(self.spec, device, args.run_dir)
         self.is_main = self.strategy.is_main
         self.reporter = Reporter(args.run_dir, enabled=self.is_main)
         data, train = self.spec.data, self.spec.train
         s = self.strategy
-        self.sampler = ResumableSampler(dataset.train, s.world_size, s.rank, train.seed, data.batch_size)
+        self.sampler = ResumableSampler(dataset.train, *s.data_shard(), train.seed, data.batch_size)
         self.train_loader = DataLoader(dataset.train, batch_size=data.batch_size, sampler=self.sampler,
                                        collate_fn=dataset.collate, num_workers=data.num_workers)
         self.val_loader = DataLoader(dataset.val, batch_size=data.batch_size, shuffle=False,
@@ -129,7 +129,7 @@ class Runner:
 
     def _after_step(self, grad_norm: float | None, window: "Window") -> None:
         spec = self.spec
-        self.step += 1
+        self.step = self.strategy.aligned_step(self.step + 1)
         epoch_done = self.micro >= self.micro_per_epoch
         last = self.step >= self.total_steps
         values: dict[str, float] = {}
@@ -138,6 +138,7 @@ class Runner:
         eval_every = spec.train.eval_every_steps
         if (eval_every and self.step % eval_every == 0) or (not eval_every and epoch_done) or last:
             values.update(self._evaluate())
+        values.update(self.strategy.take_metrics())
         if values:
             self.reporter.progress(self.step, self.total_steps, self.epoch)
             self.reporter.metrics(self.step, **values)

@@ -12,4 +12,16 @@ STRATEGIES: dict[str, type[Strategy]] = {
     "deepspeed": DeepSpeedStrategy,
 }
 
-__all__ = ["STRATEGIES", "Strategy"]
+
+
+def for_spec(spec) -> type[Strategy]:
+    """The strategy class that runs ``spec``: its own, wrapped with cross-site sync when it has ``sync``."""
+    cls = STRATEGIES[spec.strategy_name]
+    if spec.sync is None:
+        return cls
+    from workers.runner.strategies.sync import build
+
+    return build(cls)
+
+
+__all__ = ["STRATEGIES", "Strategy", "for_spec"]

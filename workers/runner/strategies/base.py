@@ -34,6 +34,18 @@ class Strategy:
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler = None
 
+    def data_shard(self) -> tuple[int, int]:
+        """(shards, this rank's shard) of the training data."""
+        return self.world_size, self.rank
+
+    def take_metrics(self) -> dict[str, float]:
+        """Metrics the strategy measured since the last call (cross-site sync: the last sync's)."""
+        return {}
+
+    def aligned_step(self, step: int) -> int:
+        """The step the run is at after this optimizer step (cross-site sync may jump forward)."""
+        return step
+
     @classmethod
     def init_distributed(cls, args) -> None:
         """Join the process group of the launcher's rendezvous (env: RANK, MASTER_ADDR, ...)."""

@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('jobs', '0004_fair_claim_index'),
-        ('runs', '0001_initial'),
+        ('runs', '0002_gangmember_lighthouse'),
     ]
 
     operations = [

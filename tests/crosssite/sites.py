@@ -1,0 +1,52 @@
+"""Helpers for cross-site tests: a lighthouse and each site's runner as real processes (CPU, gloo)."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from workers.runner import launch
+from workers.runner.config import dump_yaml, parse_spec
+
+LIGHTHOUSE = str(Path(sys.executable).parent / "torchft_lighthouse")
+
+
+def spec(algorithm: str = "diloco", *, every: int = 10, max_steps: int = 60, pools=("lab-a", "cloud-b"),
+         min_sites: int = 1, **extra):
+    sync = {"algorithm": algorithm, "every": every, "timeout_seconds": 30, "min_sites": min_sites}
+    return parse_spec({"name": "cs", "mode": "ddp", "sites": [{"pool": p} for p in pools], "sync": sync,
+                       "train": {"max_steps": max_steps, "epochs": 1000, "log_every_steps": 10},
+                       "data": {"dataset": "digits", "batch_size": 32}, **extra})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def start_lighthouse(port: int, join_timeout_ms: int = 30000, min_replicas: int = 1) -> subprocess.Popen:
+    return subprocess.Popen([LIGHTHOUSE, "--min_replicas", str(min_replicas), "--join_timeout_ms", str(join_timeout_ms),
+                             "--bind", f"[::]:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_site(job_spec, index: int, run_dir: Path, lighthouse: str) -> subprocess.Popen:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    site = job_spec.for_site(index)
+    config = run_dir / "job.yaml"
+    config.write_text(dump_yaml(site), encoding="utf-8")
+    env = {**launch.env(site, run_dir), "TORCHFT_LIGHTHOUSE": lighthouse}
+    with open(run_dir / "out.log", "ab") as out:
+        return subprocess.Popen(launch.argv(site, config, run_dir), env=env, cwd=run_dir, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def final_weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoints" / f"step-{step}" / "state.pt", weights_only=False)["model"]
+
+
+def same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

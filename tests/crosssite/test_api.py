@@ -1,0 +1,52 @@
+"""A cross-site job is submitted through the API like any other; a bad site is refused by field name."""
+import pytest
+
+from tests.api.conftest import api, no_enqueue, token  # noqa: F401 - the API fixtures
+from trainhub.jobs.models import Job
+from trainhub.jobs.services import job_enqueue
+from trainhub.pools.models import WorkerPool
+
+SPEC = {"name": "two-sites", "mode": "ddp", "sites": [{"pool": "lab-a"}, {"pool": "cloud-b"}],
+        "sync": {"algorithm": "diloco", "every": 10}, "train": {"max_steps": 100}}
+
+
+@pytest.fixture
+def two_pools(db):
+    return [WorkerPool.objects.create(name=p, kind="cpu", queue=f"q-{p}") for p in ("lab-a", "cloud-b")]
+
+
+def test_the_api_takes_a_cross_site_job_and_keeps_its_sites_and_sync(api, two_pools, no_enqueue):  # noqa: F811
+    created = api.post("/api/jobs", SPEC)
+    assert created.status_code == 201, created.json()
+    job = Job.objects.get(pk=created.json()["id"])
+    assert job.pool.name == "lab-a"
+    assert [s.pool for s in job.spec_model.sites] == ["lab-a", "cloud-b"]
+    assert job.spec_model.sync.every == 10
+
+
+def test_a_site_on_a_missing_pool_is_refused_by_its_field(api, two_pools, no_enqueue):  # noqa: F811
+    response = api.post("/api/jobs", {**SPEC, "sites": [{"pool": "lab-a"}, {"pool": "nowhere"}]})
+    assert response.status_code == 422
+    assert "no pool named 'nowhere'" in response.json()["errors"]["sites.1.pool"]
+
+
+def test_a_cross_site_job_is_announced_on_every_sites_queue(api, two_pools, no_enqueue, monkeypatch):  # noqa: F811
+    job = Job.objects.get(pk=api.post("/api/jobs", SPEC).json()["id"])
+    sent = []
+    from workers.app import app
+
+    class Result:
+        id = "task"
+    monkeypatch.setattr(app, "send_task", lambda name, args, queue: sent.append(queue) or Result())
+    job_enqueue(job)
+    assert sorted(sent) == ["q-cloud-b", "q-lab-a"]
+
+
+def test_the_new_job_pages_yaml_tab_submits_a_cross_site_job_and_names_a_bad_sync(user_client, two_pools, no_enqueue):  # noqa: F811
+    import yaml
+
+    bad = user_client.post("/jobs/new", {"action": "submit", "spec_yaml": yaml.safe_dump({**SPEC, "train": {"max_steps": 15}})})
+    assert bad.status_code == 422 and b"multiple of" in bad.content and b"train.max_steps" in bad.content
+    good = user_client.post("/jobs/new", {"action": "submit", "spec_yaml": yaml.safe_dump(SPEC)})
+    assert good.status_code == 302
+    assert [s.pool for s in Job.objects.get().spec_model.sites] == ["lab-a", "cloud-b"]

@@ -1,0 +1,131 @@
+"""A cross-site job through TrainHub: two pools on this machine, one real Celery worker each,
+the job's lighthouse started by the leader; DiLoCo over the two sites (CPU, gloo)."""
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from tests.conftest import wait_for
+from tests.crosssite import sites
+from trainhub.jobs.logs import read_lines
+from trainhub.jobs.models import Job, Metric
+from trainhub.jobs.services import job_submit
+from trainhub.pools.models import Worker, WorkerPool
+from trainhub.runs.models import GangMember
+
+pytestmark = pytest.mark.slow
+LOCAL = {"TRAINHUB_WORKER_ADDRESS": "127.0.0.1"}
+POOLS = ("lab-a", "cloud-b")
+
+
+def spec(**extra) -> dict:
+    data = {"name": "two-sites", "mode": "ddp", "sites": [{"pool": p} for p in POOLS],
+            "sync": {"algorithm": "diloco", "every": 10, "timeout_seconds": 30},
+            "data": {"dataset": "digits", "batch_size": 32},
+            "train": {"max_steps": 60, "epochs": 1000, "log_every_steps": 10}}
+    data.update(extra)
+    return data
+
+
+@pytest.fixture
+def two_pools(db):
+    return [WorkerPool.objects.get_or_create(name=p, defaults={"kind": "cpu", "queue": p})[0] for p in POOLS]
+
+
+@pytest.fixture
+def site_workers(start_worker, two_pools):
+    workers = [start_worker(p, slots=1, name=f"{p}@test", extra_env=LOCAL) for p in POOLS]
+    wait_for(lambda: Worker.objects.filter(hostname__in=[f"{p}@test" for p in POOLS]).count() == 2,
+             message="both sites' workers to register")
+    return workers
+
+
+def finished(job, timeout=300):
+    return wait_for(lambda: Job.objects.filter(pk=job.pk, status__in=["succeeded", "failed", "cancelled"]).first(),
+                    timeout=timeout, message=f"job {job.pk} to finish")
+
+
+def lighthouses(job) -> list[psutil.Process]:
+    """This job's lighthouse (and its guard): the processes that bind the port place 0 recorded."""
+    port = GangMember.objects.get(job=job, node_rank=0).lighthouse.rsplit(":", 1)[1]
+    return [p for p in psutil.process_iter(["cmdline"])
+            if "torchft_lighthouse" in " ".join(p.info["cmdline"] or []) and f"[::]:{port}" in (p.info["cmdline"] or [])]
+
+
+def training_processes(job, runs) -> list[psutil.Process]:
+    """This job's site processes: guards, torchrun and ranks whose command names its run directories."""
+    mine = (f"{runs}/job-{job.pk}/", f"{runs}/job-{job.pk}-site-")
+    return [p for p in psutil.process_iter(["cmdline"])
+            if any(part.startswith(mine) for part in p.info["cmdline"] or [])]
+
+
+def test_a_diloco_job_over_two_pools_trains_both_sites_to_identical_weights(site_workers, user, live_settings):
+    # min_sites 2: both sites in every sync, however far apart the two workers start them
+    job = job_submit(owner=user, data=spec(sync={"algorithm": "diloco", "every": 10, "timeout_seconds": 30,
+                                                 "min_sites": 2}))
+    done = finished(job)
+    assert done.status == "succeeded", done.error
+    places = {m.node_rank: m.worker.hostname for m in GangMember.objects.filter(job=job).select_related("worker")}
+    assert places == {0: "lab-a@test", 1: "cloud-b@test"}
+    runs = live_settings.TRAINHUB_RUNS_DIR
+    a = sites.final_weights(runs / f"job-{job.pk}", 60)
+    b = sites.final_weights(runs / f"job-{job.pk}-site-cloud-b", 60)
+    assert sites.same_weights(a, b)
+    text = "\n".join(line.text for line in read_lines(job.pk, limit=100000))
+    assert "[site lab-a]" in text and "[site cloud-b]" in text and "step 60/60" in text
+    names = set(Metric.objects.filter(job=job).values_list("name", flat=True))
+    assert {"sync_outer_step", "sync_participants", "sync_bytes", "sync_seconds", "val_acc"} <= names
+    assert {"cloud-b/sync_outer_step", "cloud-b/val_acc"} <= names
+    outer = Metric.objects.filter(job=job, name="sync_outer_step").order_by("step").values_list("value", flat=True)
+    assert list(outer) == [1, 2, 3, 4, 5, 6]
+    assert set(Metric.objects.filter(job=job, name="sync_participants").values_list("value", flat=True)) == {2}
+    final = Metric.objects.filter(job=job, name="val_acc", step=60).get().value
+    assert final > 0.7
+    wait_for(lambda: not lighthouses(job), timeout=15, message="the lighthouse to stop")
+
+
+def metric_values(job, name) -> list[float]:
+    return list(Metric.objects.filter(job=job, name=name).order_by("step").values_list("value", flat=True))
+
+
+def test_a_killed_site_is_restarted_heals_from_its_peer_and_both_end_with_identical_weights(
+        site_workers, user, live_settings):
+    # timeout 10 s: a sync the dead site was in fails within 10 s and the lighthouse stops waiting
+    # for it, so lab-a syncs alone before cloud-b (torch import, torchrun: > 10 s here) is back
+    job = job_submit(owner=user, data=spec(max_restarts=1, train={"max_steps": 600, "epochs": 1000,
+                                                                   "log_every_steps": 10},
+                                           sync={"algorithm": "diloco", "every": 10, "timeout_seconds": 10}))
+    wait_for(lambda: len(metric_values(job, "cloud-b/sync_outer_step")) >= 3, timeout=240,
+             message="site cloud-b to sync three times")
+    site_b = [p for p in psutil.process_iter(["cmdline"])
+              if any(f"job-{job.pk}-site-cloud-b" in part for part in p.info["cmdline"] or [])]
+    assert site_b
+    for proc in site_b:  # the guard, torchrun and the rank: the whole site at once
+        proc.kill()
+    lost_at = len(metric_values(job, "sync_outer_step"))
+    done = finished(job, timeout=400)
+    assert done.status == "succeeded", done.error
+    text = "\n".join(line.text for line in read_lines(job.pk, limit=100000))
+    assert "[site cloud-b] site lost: killed by SIGKILL" in text
+    participants = metric_values(job, "sync_participants")
+    outer = metric_values(job, "sync_outer_step")
+    assert 1.0 in participants[lost_at - 1:], "lab-a never synced alone while cloud-b was down"
+    assert participants[-1] == 2.0, "cloud-b did not rejoin"
+    assert outer == sorted(outer) and len(outer) > lost_at  # lab-a kept stepping through the outage
+    runs = live_settings.TRAINHUB_RUNS_DIR
+    assert sites.same_weights(sites.final_weights(runs / f"job-{job.pk}", 600),
+                              sites.final_weights(runs / f"job-{job.pk}-site-cloud-b", 600))
+
+
+def test_cancel_stops_every_site_and_the_lighthouse(site_workers, user, live_settings):
+    from trainhub.jobs.services import job_cancel
+
+    job = job_submit(owner=user, data=spec(train={"max_steps": 100000, "epochs": 100000, "log_every_steps": 10}))
+    wait_for(lambda: metric_values(job, "cloud-b/sync_outer_step") and metric_values(job, "sync_outer_step"),
+             timeout=240, message="both sites to sync once")
+    runs = live_settings.TRAINHUB_RUNS_DIR
+    assert lighthouses(job) and len(training_processes(job, runs)) >= 4  # guard + torchrun + rank, per site
+    job_cancel(Job.objects.get(pk=job.pk), actor=user)
+    assert finished(job, timeout=120).status == "cancelled"
+    wait_for(lambda: not training_processes(job, runs) and not lighthouses(job), timeout=60,
+             message="every site's processes and the lighthouse to end")

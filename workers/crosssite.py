@@ -1,0 +1,219 @@
+"""Running one place of a cross-site job (``trainhub.runs.crosssite`` gathers the places).
+
+Place 0 (site 0's first node) is the job's leader: it starts the job's torchft lighthouse,
+runs its site through the executor (log, metrics, lease, outcome) and collects the other
+sites' lines through Redis (``gang_logs``), tagged ``[site <pool>]`` with ranks numbered
+across sites. Every other place runs its node of its site here, forwards its lines the same
+way and stores its site's metrics as ``<pool>/<name>``. A site whose processes fail is started
+again, up to ``max_restarts`` times, while the other sites go on training: it heals from a
+peer at its next quorum. The lighthouse stops when the leader's attempt ends (finish, cancel,
+failure); if the leader's worker dies, the lighthouse dies with it and the job is retried.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+from trainhub.jobs import rundir
+from trainhub.jobs.models import Job, Status
+from trainhub.runs import crosssite
+from trainhub.runs.lifecycle import Outcome
+from trainhub.runs.models import GangMember
+from workers import backends, executor, gang_logs
+from workers.events import EventReader
+from workers.gang import LeaderExecution
+from workers.logwriter import DbOutage
+
+log = logging.getLogger(__name__)
+LIGHTHOUSE = str(Path(sys.executable).parent / "torchft_lighthouse")
+
+
+def site_run_dir(job: Job, site: int) -> Path:
+    """Site 0 uses the job's run directory; site i its own beside it (``job-N-site-<pool>``), so
+    that a sandboxed site sees no other job's files."""
+    base = rundir.run_dir(job.pk)
+    return base if site == 0 else base.with_name(f"{base.name}-site-{job.spec_model.sites[site].pool}")
+
+
+class Lighthouse:
+    """The job's torchft lighthouse: ``torchft_lighthouse`` in a process group of its own,
+    guarded (it dies with this worker), its log in ``logs/lighthouse.log``."""
+
+    def __init__(self, address: str, spec, log_dir: Path):
+        port = address.rsplit(":", 1)[1]
+        log_dir.mkdir(parents=True, exist_ok=True)
+        argv = [LIGHTHOUSE, "--bind", f"[::]:{port}", "--min_replicas", str(spec.sync.min_sites),
+                "--join_timeout_ms", str(spec.sync.timeout_seconds * 1000)]
+        with open(log_dir / "lighthouse.log", "ab") as out:
+            self.popen = subprocess.Popen([sys.executable, "-m", "workers.guard", str(os.getpid()), "--", *argv],
+                                          stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          start_new_session=True)
+
+    def stop(self, grace: float = 5.0) -> None:
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.popen.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+class SiteHandle:
+    """A site's processes, started again when they fail (up to ``restarts`` times) unless cancelled."""
+
+    def __init__(self, backend, request: backends.RunRequest, restarts: int, say, tag):
+        self.backend, self.request, self.left, self.say, self.tag = backend, request, restarts, say, tag
+        self.inner = backend.start(request)
+        self.cancelled = False
+        self.pending: list = []
+        self.restarts = 0
+
+    def poll(self) -> int | None:
+        code = self.inner.poll()
+        if code in (None, 0) or self.cancelled or self.left <= 0:
+            return code
+        self.inner.close(executor.READERS_SECONDS)
+        self.pending += self.inner.lines()
+        self.left -= 1
+        self.restarts += 1
+        self.say(f"site lost: {executor.describe_exit(code)}; starting it again (restart {self.restarts}), "
+                 "it rejoins at the next sync")
+        self.inner = self.backend.start(self.request)
+        return None
+
+    def cancel(self, grace: float) -> None:
+        self.cancelled = True
+        self.inner.cancel(grace)
+
+    def lines(self):
+        out, self.pending = self.pending + list(self.inner.lines()), []
+        return [(stream, [self.tag(rank, text) for rank, text in items]) for stream, items in out]
+
+    def close(self, timeout: float) -> None:
+        self.inner.close(timeout)
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+
+def _tagger(spec, site: int):
+    """(rank, text) of a site's torchrun → the job-wide rank and ``[site <pool>]`` in front."""
+    offset, pool = site * spec.sites[site].nodes * spec.sites[site].procs_per_node, spec.sites[site].pool
+
+    def tag(rank, text):
+        return (rank or 0) + offset, f"[site {pool}] {text}"
+    return tag
+
+
+def _request(job: Job, site: int, run_dir: Path, config_name: str, kwargs: dict, env: dict) -> backends.RunRequest:
+    request = executor.prepare(job, job.spec_model.for_site(site), run_dir, config_name=config_name,
+                               launch_kwargs=kwargs, env_extra=env)
+    return dataclasses.replace(request, network=True)  # sites meet over TCP (lighthouse, peers)
+
+
+class SiteLeaderExecution(LeaderExecution):
+    """Place 0: site 0 through the executor, restarted on failure, the other sites' lines merged."""
+
+    def __init__(self, job, env_extra, launch_kwargs, places: int):
+        super().__init__(job, env_extra, {**launch_kwargs, "nnodes": places})
+        self.site_kwargs = launch_kwargs
+        self.spec = job.spec_model.for_site(0)
+        # after site 0 ends, wait for the other sites' last lines (they end at the same sync)
+        self.EOF_SECONDS = job.spec_model.sync.timeout_seconds + 60.0
+
+    def start(self) -> None:
+        request = _request(self.job, 0, self.run_dir, "job.yaml", self.site_kwargs, self.env_extra)
+        self.system(f"attempt {self.job.attempt}: cross-site, site {self.spec.pool} starting {' '.join(request.argv)}")
+        self.handle = SiteHandle(self.backend, request, self.spec.max_restarts, self.system, _tagger(self.spec, 0))
+        receiver = gang_logs.Receiver(self.job.pk, self.job.lease_token, self.launch_kwargs["nnodes"])
+        thread = threading.Thread(target=self._receive, args=(receiver,), daemon=True)
+        thread.start()
+        self.helpers.append(thread)
+
+    def collect(self) -> int:
+        # the job ends once every site has: a site still saving its last checkpoint is not cut off
+        self.exited.set()
+        for helper in self.helpers:
+            helper.join(timeout=self.EOF_SECONDS + 5)
+        return super().collect()
+
+
+def run_place(member: GangMember, job: Job, env_extra: dict[str, str]) -> Outcome | None:
+    """Run this member's place of a started cross-site job. Place 0 returns the job's outcome;
+    another place returns a failure to record (its site failed for good), or None."""
+    spec = job.spec_model
+    site, node = crosssite.site_of(spec, member.node_rank)
+    address = crosssite.lighthouse_address(member)
+    env = {**env_extra, "TORCHFT_LIGHTHOUSE": address,
+           "TRAINHUB_SITE_ADDRESS": crosssite.free_address().rsplit(":", 1)[0]}
+    kwargs = crosssite.launch_kwargs(member, spec)
+    if member.node_rank != 0:
+        return _run_node(job, member.node_rank, site, node, kwargs, env)
+    lighthouse = Lighthouse(address, spec, rundir.run_dir(job.pk) / "logs")
+    try:
+        return SiteLeaderExecution(job, env, kwargs, len(crosssite.places(spec))).run()
+    finally:
+        lighthouse.stop()
+
+
+def _run_node(job: Job, place: int, site: int, node: int, kwargs: dict, env: dict) -> Outcome | None:
+    """Any place but 0: run the node until it ends or the job stops; its lines to the leader,
+    its site's metrics (first node only) under ``<pool>/``."""
+    spec = job.spec_model
+    pool = spec.sites[site].pool
+    run_dir = site_run_dir(job, site)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    sender = gang_logs.Sender(job.pk, job.lease_token, place, first_rank=site * spec.sites[site].nodes
+                              * spec.sites[site].procs_per_node)
+
+    def say(text: str) -> None:
+        sender.add("s", [(sender.first_rank, f"[site {pool}] {text}")])
+
+    request = _request(job, site, run_dir, f"job.node{node}.yaml" if node else "job.yaml", kwargs, env)
+    say(f"attempt {job.attempt}: node {node} of site {pool} starting {' '.join(request.argv)}")
+    handle = SiteHandle(backends.get("local"), request, spec.max_restarts, say, _tagger(spec, site))
+    events = EventReader(job.pk, run_dir, DbOutage(job.pk), prefix=f"{pool}/") if node == 0 else None
+    owned = Job.objects.filter(pk=job.pk, lease_token=job.lease_token, status=Status.RUNNING)
+    stopped, next_check = False, time.monotonic()
+    with open(run_dir / "logs" / f"site-node{node}.out", "a", encoding="utf-8") as out:
+        def forward() -> None:
+            for stream, items in handle.lines():
+                out.write("".join(f"[rank{r}]: {text}\n" for r, text in items))
+                sender.add(stream, items)
+            out.flush()
+            sender.flush()
+
+        while handle.poll() is None:
+            time.sleep(executor.BATCH_SECONDS if not stopped else 0.1)
+            forward()
+            if stopped or time.monotonic() < next_check:
+                continue
+            next_check = time.monotonic() + executor.EVENTS_SECONDS
+            if events is not None:
+                events.pump()
+            if executor.SHUTDOWN.is_set() or not owned.exists():
+                stopped = True
+                handle.cancel(settings.TRAINHUB_GRACE_SECONDS)
+        code = handle.poll()
+        handle.close(executor.READERS_SECONDS)
+        forward()
+    if events is not None:
+        events.pump()
+    sender.close()
+    if stopped or code == 0:
+        return None
+    return Outcome(Status.FAILED, code, f"site {pool} failed for good after {handle.restarts} restart(s): "
+                                        f"{executor.describe_exit(code)} (see {run_dir.name}/logs)")

@@ -1,0 +1,147 @@
+"""Cross-site sync: a site's own strategy (single or ddp inside the site) wrapped with
+torchft's ``Manager`` and its ``DiLoCo`` or ``LocalSGD``.
+
+Each site is one torchft replica group. Every ``sync.every`` inner steps the group's rank r
+meets rank r of the other sites through the job's lighthouse (``TORCHFT_LIGHTHOUSE``): DiLoCo
+all-reduces the pseudo-gradient and takes an outer Nesterov step, LocalSGD averages the
+weights. A site that joins late or comes back after a crash heals from a peer at its first
+quorum (torchft sends the peer's state over HTTP) and then counts its steps from the peers'
+outer step, so every site ends on the same sync with the same weights.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from datetime import timedelta
+
+import torch
+
+from workers.runner.strategies.base import Strategy
+
+#: how long a site may wait for a quorum (the other sites may still be starting)
+QUORUM_TIMEOUT = timedelta(minutes=10)
+
+
+def site_index(spec) -> int:
+    """Which site runs this process: the site whose pool the (per-site) spec names."""
+    return [site.pool for site in spec.sites].index(spec.pool)
+
+
+class SyncMixin:
+    """Put before a strategy class: ``type(name, (SyncMixin, DDPStrategy), {})`` (see ``build``)."""
+
+    def __init__(self, spec, device, run_dir):
+        super().__init__(spec, device, run_dir)
+        self.site = site_index(spec)
+        self.sites = len(spec.sites)
+        self.sync = spec.sync
+        self.manager = self.algorithm = None
+        self._pending: dict[str, float] = {}
+        self._inner = 0
+        self._sync_started = 0.0
+        self._payload = 0
+
+    @property
+    def site_name(self) -> str:
+        return self.spec.sites[self.site].pool
+
+    def data_shard(self) -> tuple[int, int]:
+        """Each site trains on its own share of the data: ranks of all sites split it."""
+        return self.world_size * self.sites, self.site * self.world_size + self.rank
+
+    def setup(self, model, make_optimizer, make_scheduler):
+        module = super().setup(model, make_optimizer, make_scheduler)
+        from torchft.local_sgd import DiLoCo, LocalSGD
+        from torchft.manager import Manager
+        from torchft.process_group import ProcessGroupGloo
+
+        timeout = timedelta(seconds=self.sync.timeout_seconds)
+        # Other sites reach this site's torchrun store (gloo's rendezvous between sites) at the
+        # address it advertises: torchrun --standalone says "localhost", which only works on one machine.
+        address = os.environ.get("TRAINHUB_SITE_ADDRESS") or socket.gethostname()
+        self.manager = Manager(
+            checkpoint_transport=_transport(timeout, address),
+            pg=ProcessGroupGloo(timeout=timeout), load_state_dict=self._load_state, state_dict=self._state,
+            min_replica_size=self.sync.min_sites, use_async_quorum=False, timeout=timeout,
+            quorum_timeout=QUORUM_TIMEOUT, connect_timeout=timeout, rank=self.rank, world_size=self.world_size,
+            replica_id=f"{self.site_name}_{self.site}",  # torchft reads the trailing digits as the group's number
+            hostname=address, store_addr=address if "TRAINHUB_SITE_ADDRESS" in os.environ else None)
+        self._payload = sum(p.numel() * p.element_size() for p in self.raw_model.parameters())
+        self.optimizer.register_step_post_hook(self._before_sync)  # runs before torchft's hook ...
+        if self.sync.algorithm == "diloco":
+            outer = torch.optim.SGD(self.raw_model.parameters(), lr=self.sync.outer_lr,
+                                    momentum=self.sync.outer_momentum, nesterov=self.sync.outer_momentum > 0)
+            self.algorithm = DiLoCo(self.manager, [self.raw_model], self.optimizer, outer,
+                                    sync_every=self.sync.every, pin_memory=False)
+        else:
+            self.algorithm = LocalSGD(self.manager, self.raw_model, self.optimizer, sync_every=self.sync.every)
+        self.algorithm.__enter__()
+        self.optimizer.register_step_post_hook(self._after_sync)  # ... and this one after it
+        self.name = f"{self.sync.algorithm} over {self.name} (site {self.site}: {self.site_name})"
+        return module
+
+    # -- torchft's view of this site's state (sent to a site that heals) -----------------
+    def _state(self) -> dict:
+        return {"model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict()}
+
+    def _load_state(self, state: dict) -> None:
+        self.raw_model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+    # -- sync metrics ---------------------------------------------------------------------
+    def _syncing(self) -> bool:
+        return self._inner % self.sync.every == 0
+
+    def _before_sync(self, *_):
+        self._inner += 1
+        if self._syncing():
+            self._sync_started = time.perf_counter()
+
+    def _after_sync(self, *_):
+        if not self._syncing():
+            return
+        self._pending = {"sync_outer_step": float(self.manager.current_step()),
+                         "sync_participants": float(self.manager.num_participants()),
+                         "sync_bytes": float(self._payload),
+                         "sync_seconds": time.perf_counter() - self._sync_started}
+
+    def take_metrics(self) -> dict[str, float]:
+        values, self._pending = self._pending, {}
+        return values
+
+    def aligned_step(self, step: int) -> int:
+        """After a sync, the inner step the peers are at: a site that healed from a peer
+        jumps forward to the outer step it received (never back)."""
+        if not self._syncing() or self.manager is None:
+            return step
+        return max(step, self.manager.current_step() * self.sync.every)
+
+    def teardown(self) -> None:
+        try:
+            if self.algorithm is not None:
+                self.algorithm.__exit__(None, None, None)
+            if self.manager is not None:
+                self.manager.shutdown(wait=False)
+        finally:
+            super().teardown()
+
+
+def _transport(timeout: timedelta, address: str):
+    """torchft's HTTP checkpoint transport (a site heals by fetching a peer's state from it),
+    advertised at this site's address: torchft's own says ``socket.gethostname()``, which
+    another site across a VPN may not resolve to this machine."""
+    from torchft.checkpointing.http_transport import HTTPTransport
+
+    class SiteTransport(HTTPTransport):
+        def address(self) -> str:
+            return super().address().replace(f"//{socket.gethostname()}:", f"//{address}:", 1)
+
+    return SiteTransport(timeout=timeout, num_chunks=0)
+
+
+def build(strategy_class: type[Strategy]) -> type[Strategy]:
+    """``strategy_class`` with cross-site sync around it."""
+    return type(f"Sync{strategy_class.__name__}", (SyncMixin, strategy_class), {})
