@@ -87,11 +87,19 @@ class Execution:
 
     def flush_lines(self) -> bool:
         """Store what the job printed; False while the database is unavailable (see LogWriter)."""
-        room = self.log.room()
-        if self.handle is not None and room != 0:
-            for item in self.handle.lines(room):  # the rest waits in the job's pipes: backpressure
-                self.lines.put(item)
+        self._take_output()
         return self.log.flush()
+
+    def _take_output(self) -> bool:
+        """Move what fits in the log's pending buffer from the run to the log (the rest waits in
+        the job's pipes: backpressure); whether anything was taken."""
+        room = self.log.room()
+        if self.handle is None or room == 0:
+            return False
+        items = self.handle.lines(room)
+        for item in items:
+            self.lines.put(item)
+        return bool(items)
 
     def drain(self, seconds: float) -> bool:
         return self.log.drain(seconds)
@@ -206,8 +214,8 @@ class Execution:
         self.handle.close(READERS_SECONDS)
         for helper in self.helpers:
             helper.join(timeout=READERS_SECONDS)
-        for item in self.handle.lines():  # all that is left: bounded by OutputQueue and the pipes
-            self.lines.put(item)
+        while self._take_output() and self.log.flush():  # all that is left, a pending buffer at a time
+            pass
         self.flush_lines()  # also fills the log's tail with the last lines
         self.pump_events()
         return code

@@ -34,6 +34,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
         elif ApiToken.objects.filter(user=request.user, name=name, revoked_at__isnull=True).exists():
             context["error"] = (f"You already have a token named “{name}”: pick another name, "
                                 f"or revoke that one first, so you can tell them apart.")
+            status = 422
         elif days and not (days.isdigit() and 1 <= int(days) <= MAX_EXPIRY_DAYS):
             context["expiry_error"] = (f"Expires in: a whole number of days from 1 to {MAX_EXPIRY_DAYS}, "
                                        "or empty for a token that lasts until revoked.")

@@ -22,8 +22,8 @@ class OutputQueue:
     stored slows down instead of losing lines. ``release()`` lifts the limit once the run has
     ended, so the readers can hand over the last lines and finish."""
 
-    def __init__(self, limit: int = OUTPUT_LINES):
-        self.limit = limit
+    def __init__(self, limit: int | None = None):
+        self.limit = OUTPUT_LINES if limit is None else limit
         self._items: deque = deque()  # (item, its number of lines)
         self._lines = 0
         self._released = False

@@ -51,7 +51,7 @@ def test_a_second_live_token_with_the_same_name_is_refused_and_revoke_asks_first
     again = user_client.post("/tokens/", {"name": "laptop"})
     assert again.status_code == 422 and "already have a token named" in again.content.decode()
     assert ApiToken.objects.filter(user=user).count() == 1
-    assert "return confirm('Revoke token" in user_client.get("/tokens/").content.decode()
+    assert 'data-confirm="Revoke token “laptop”?' in user_client.get("/tokens/").content.decode()
 
 
 def test_the_admin_cannot_edit_a_jobs_status(client, django_user_model, cpu_pool):
