@@ -40,7 +40,7 @@ def pool_warning(pool: WorkerPool) -> str:
         return f"pool {pool.name} is disabled: queued jobs wait until an administrator enables it"
     if not online_workers(pool):
         return (f"no worker of pool {pool.name} is online: the job waits until one starts "
-                f"(an administrator starts one with `python manage.py runworker --pool {pool.name}`)")
+                f"(an administrator starts one with `.venv/bin/python manage.py runworker --pool {pool.name}`)")
     return ""
 
 
