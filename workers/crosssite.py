@@ -80,8 +80,18 @@ class SiteHandle:
         self.cancelled = False
         self.pending: list = []
         self.restarts = 0
+        self.restart_at: float | None = None  # a lost site starts again then (TRAINHUB_SITE_RESTART_SECONDS)
+        self.lost_code = 0
 
     def poll(self) -> int | None:
+        if self.restart_at is not None:  # lost, waiting to start again: the other sites go on
+            if self.cancelled:
+                return self.lost_code
+            if time.monotonic() < self.restart_at:
+                return None
+            self.restart_at = None
+            self.inner = self.backend.start(self.request)
+            return None
         code = self.inner.poll()
         if code in (None, 0) or self.cancelled or self.left <= 0:
             return code
@@ -89,17 +99,19 @@ class SiteHandle:
         self.pending += self.inner.lines()
         self.left -= 1
         self.restarts += 1
-        self.say(f"site lost: {executor.describe_exit(code)}; starting it again (restart {self.restarts}), "
-                 "it rejoins at the next sync")
-        self.inner = self.backend.start(self.request)
+        delay = settings.TRAINHUB_SITE_RESTART_SECONDS
+        self.say(f"site lost: {executor.describe_exit(code)}; starting it again in {delay:g} s "
+                 f"(restart {self.restarts}), it rejoins at the next sync")
+        self.lost_code, self.restart_at = code, time.monotonic() + delay
         return None
 
     def cancel(self, grace: float) -> None:
         self.cancelled = True
-        self.inner.cancel(grace)
+        if self.restart_at is None:
+            self.inner.cancel(grace)
 
-    def lines(self):
-        out, self.pending = self.pending + list(self.inner.lines()), []
+    def lines(self, max_lines: int | None = None):
+        out, self.pending = self.pending + list(self.inner.lines(max_lines)), []
         return [(stream, [self.tag(rank, text) for rank, text in items]) for stream, items in out]
 
     def close(self, timeout: float) -> None:

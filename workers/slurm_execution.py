@@ -80,8 +80,7 @@ class SlurmExecution(executor.Execution):
     def flush_lines(self) -> bool:
         if self.handle is None:
             return super().flush_lines()
-        for item in self.handle.lines():
-            self.lines.put(item)
+        self._take_output()  # what fits in the pending buffer; the rest waits in Redis (backpressure)
         cursor = self.handle.cursor
         if cursor != self.recorded and self.stored:
             # Before the lines it counts are stored: a worker adopting the job after a crash here
