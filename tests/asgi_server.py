@@ -4,6 +4,7 @@ Used by the live-log tests, the browser test and the benchmarks.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -51,6 +52,27 @@ class AsgiServer:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+class WebServer(AsgiServer):
+    """TrainHub under uvicorn against the test database, ``settings``' Redis and runs directory."""
+
+    def __init__(self, settings, log: Path, **extra_env: str):
+        from tests.conftest import database_url, free_port
+
+        env = {**server_env(database_url(), settings.REDIS_URL),
+               "TRAINHUB_RUNS_DIR": str(settings.TRAINHUB_RUNS_DIR), **extra_env}
+        super().__init__(free_port(), env, log)
+
+
+@contextlib.contextmanager
+def serving(live_settings, log: Path, **extra_env: str):
+    """A started ``WebServer``, stopped on leaving."""
+    server = WebServer(live_settings, log, **extra_env).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def server_env(database_url: str, redis_url: str) -> dict:

@@ -82,6 +82,16 @@ def live_settings(settings, redis_server, tmp_path):
     logs.redis_client.cache_clear()
 
 
+@pytest.fixture
+def web(live_settings, transactional_db, tmp_path):
+    """A real uvicorn serving TrainHub (tests.asgi_server.serving); a test needing other settings
+    calls ``serving(live_settings, log, NAME=value)`` itself."""
+    from tests.asgi_server import serving
+
+    with serving(live_settings, tmp_path / "uvicorn.log") as server:
+        yield server
+
+
 def database_url() -> str:
     from django.db import connection
 

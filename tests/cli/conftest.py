@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.server import WebServer
+from tests.asgi_server import WebServer
 from tests.conftest import ROOT
 from trainhub.api.models import ApiToken
 

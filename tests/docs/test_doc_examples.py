@@ -21,7 +21,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.cli.server import WebServer
+from tests.asgi_server import WebServer
 from tests.conftest import ROOT, wait_for
 from tests.docs.examples import Example, collect, problems
 from trainhub.api.models import ApiToken

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.server import WebServer
+from tests.asgi_server import WebServer
 from tests.conftest import ROOT, wait_for
 
 CHROMIUM = "/usr/bin/chromium"

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.cli.server import WebServer
+from tests.asgi_server import WebServer
 from tests.e2e.browser import BROWSER_MARKS, CHROMIUM
 
 pytestmark = BROWSER_MARKS

@@ -6,27 +6,14 @@ import time
 
 import pytest
 
-from tests.e2e.browser import BROWSER_MARKS, CHROMIUM
-from tests.asgi_server import AsgiServer, server_env, session_cookie
-from tests.conftest import database_url, free_port
+from tests.asgi_server import AsgiServer
+from tests.e2e.browser import BROWSER_MARKS
+from tests.e2e.pages import browser_pages
 from trainhub.jobs import rundir
 from trainhub.jobs import logs
 from trainhub.jobs.models import Job
 
 pytestmark = BROWSER_MARKS
-
-
-@pytest.fixture
-def env(live_settings, transactional_db):
-    return {**server_env(database_url(), live_settings.REDIS_URL),
-            "TRAINHUB_RUNS_DIR": str(live_settings.TRAINHUB_RUNS_DIR)}
-
-
-@pytest.fixture
-def web(env, tmp_path):
-    server = AsgiServer(free_port(), env, tmp_path / "uvicorn.log").start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -40,21 +27,9 @@ def job(user, cpu_pool):
 
 @pytest.fixture
 def page(web, user_client, monkeypatch):
-    from playwright.sync_api import sync_playwright
-
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop here
-    cookie = session_cookie(user_client)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM),
-                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        try:
-            context = browser.new_context()
-            context.add_cookies([{"name": k, "value": v, "url": web.url} for k, v in cookie.items()])
-            page = context.new_page()
-            page.set_default_timeout(15_000)
-            yield page
-        finally:
-            browser.close()
+    with browser_pages(web, user_client) as new_page:
+        yield new_page()
 
 
 def step(job, n: int, loss: float) -> None:
@@ -101,7 +76,7 @@ def test_one_stream_and_no_polling_carry_status_progress_charts_and_files(web, j
     assert [url for at, url in requests if at >= ended] == []  # the page stopped listening
 
 
-def test_after_a_cut_connection_the_page_shows_the_true_final_status(env, web, job, page, tmp_path):
+def test_after_a_cut_connection_the_page_shows_the_true_final_status(web, job, page, tmp_path):
     from playwright.sync_api import expect
 
     page.goto(f"{web.url}/jobs/{job.pk}")
@@ -110,7 +85,7 @@ def test_after_a_cut_connection_the_page_shows_the_true_final_status(env, web, j
     step(job, 60, 0.2)
     job.transition("failed", reason="exit code 3: CUDA out of memory", exit_code=3)
     expect(page.locator("#job-status .status")).to_have_text("running")  # nothing told it yet
-    restarted = AsgiServer(web.port, env, tmp_path / "uvicorn-2.log").start()
+    restarted = AsgiServer(web.port, web.env, tmp_path / "uvicorn-2.log").start()
     try:
         expect(page.locator("#job-status .status")).to_have_text("failed", timeout=30_000)
         expect(page.locator("#job-history")).to_contain_text("CUDA out of memory")

@@ -4,18 +4,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.asgi_server import AsgiServer, server_env, session_cookie, sse_events
-from tests.conftest import database_url, free_port, wait_for
+from tests.asgi_server import session_cookie, sse_events
+from tests.conftest import wait_for
 from trainhub.jobs.models import Job, LogLine
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def web(live_settings, transactional_db, tmp_path):
-    server = AsgiServer(free_port(), server_env(database_url(), live_settings.REDIS_URL), tmp_path / "uvicorn.log")
-    yield server.start()
-    server.stop()
 
 
 def follow(web, job_id: int, cookies: dict, timeout: float = 240) -> tuple[list[dict], dict]:

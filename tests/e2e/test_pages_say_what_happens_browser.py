@@ -7,23 +7,12 @@ import time
 
 import pytest
 
-from tests.asgi_server import AsgiServer, server_env
-from tests.conftest import database_url, free_port
 from tests.e2e.browser import BROWSER_MARKS
 from tests.e2e.pages import PHONE, browser_pages, finished_job, running_job
 from trainhub.jobs.models import Job
 from trainhub.pools.models import Worker
 
 pytestmark = BROWSER_MARKS
-
-
-@pytest.fixture
-def web(live_settings, transactional_db, tmp_path):
-    env = {**server_env(database_url(), live_settings.REDIS_URL),
-           "TRAINHUB_RUNS_DIR": str(live_settings.TRAINHUB_RUNS_DIR)}
-    server = AsgiServer(free_port(), env, tmp_path / "uvicorn.log").start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -13,10 +13,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
-from tests.asgi_server import AsgiServer, server_env
-from tests.conftest import database_url, free_port
 from tests.e2e.browser import BROWSER_MARKS
 from tests.e2e.pages import DESKTOP, PHONE, browser_pages, finished_job, running_job
 from trainhub.jobs.models import Job
@@ -27,15 +23,6 @@ pytestmark = BROWSER_MARKS
 README_SHOTS = {"job-list": "job-list.png", "failed-job": "job.png"}
 LOOKS = {"desktop": {"viewport": DESKTOP}, "phone": {"viewport": PHONE, "mobile": True},
          "dark": {"viewport": DESKTOP, "dark": True}}
-
-
-@pytest.fixture
-def web(live_settings, transactional_db, tmp_path):
-    env = {**server_env(database_url(), live_settings.REDIS_URL),
-           "TRAINHUB_RUNS_DIR": str(live_settings.TRAINHUB_RUNS_DIR)}
-    server = AsgiServer(free_port(), env, tmp_path / "uvicorn.log").start()
-    yield server
-    server.stop()
 
 
 def test_screenshots_of_the_pages_a_newcomer_asks_about(web, user_client, user, cpu_pool, monkeypatch, tmp_path):

@@ -8,20 +8,18 @@ import time
 import httpx
 import pytest
 
-from tests.asgi_server import AsgiServer, server_env, session_cookie
+from tests.asgi_server import serving, session_cookie
 from tests.asgi_server import sse_events as all_sse_events
-from tests.conftest import database_url, free_port, wait_for
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def web(live_settings, transactional_db, tmp_path):
-    env = {**server_env(database_url(), live_settings.REDIS_URL), "TRAINHUB_SSE_MAX_PER_USER": "2",
-           "TRAINHUB_SSE_MAX_STREAMS": "3", "TRAINHUB_SSE_MAX_SECONDS": "3"}
-    server = AsgiServer(free_port(), env, tmp_path / "uvicorn.log")
-    yield server.start()
-    server.stop()
+    with serving(live_settings, tmp_path / "uvicorn.log", TRAINHUB_SSE_MAX_PER_USER="2",
+                 TRAINHUB_SSE_MAX_STREAMS="3", TRAINHUB_SSE_MAX_SECONDS="3") as server:
+        yield server
 
 
 def sse_events(response, deadline: float | None = None):

@@ -7,22 +7,12 @@ import threading
 import httpx
 import pytest
 
-from tests.asgi_server import AsgiServer, server_env, session_cookie, sse_events
-from tests.conftest import database_url, free_port
+from tests.asgi_server import session_cookie, sse_events
 from trainhub.jobs import rundir
 from trainhub.jobs import logs
 from trainhub.jobs.models import Job
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def web(live_settings, transactional_db, tmp_path):
-    env = {**server_env(database_url(), live_settings.REDIS_URL),
-           "TRAINHUB_RUNS_DIR": str(live_settings.TRAINHUB_RUNS_DIR)}
-    server = AsgiServer(free_port(), env, tmp_path / "uvicorn.log").start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
