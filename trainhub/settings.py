@@ -197,6 +197,9 @@ TRAINHUB_LOG_MAX_BYTES = envint("TRAINHUB_LOG_MAX_BYTES", 100 * 1024 * 1024, min
 TRAINHUB_SSE_MAX_PER_USER = envint("TRAINHUB_SSE_MAX_PER_USER", 24, minimum=1)
 TRAINHUB_SSE_MAX_STREAMS = envint("TRAINHUB_SSE_MAX_STREAMS", 2000, minimum=1)
 TRAINHUB_SSE_MAX_SECONDS = envint("TRAINHUB_SSE_MAX_SECONDS", 3600, minimum=1)
+# A finished job's log over the live stream: at most its newest this many lines per connection, the
+# rest announced by a ``skipped`` event and served a page at a time (trainhub/jobs/views/stream.py).
+TRAINHUB_SSE_FINISHED_LINES = envint("TRAINHUB_SSE_FINISHED_LINES", 5000, minimum=1)
 # `make run` (trainhub/core/management/commands/up.py).
 TRAINHUB_HOST = envstr("TRAINHUB_HOST", "127.0.0.1")
 TRAINHUB_PORT = envint("TRAINHUB_PORT", 8000, minimum=1, maximum=65535)

@@ -116,3 +116,40 @@ def test_a_stream_ends_after_its_lifetime_and_the_reconnect_resumes_from_the_las
             if len(got) == 3:
                 break
     assert got == ["line 5", "line 6", "line 7"]
+
+
+def test_a_finished_100k_line_log_is_sent_from_its_newest_lines_not_replayed_per_connection(
+        web, cpu_pool, user, user_client):
+    """Each connection to a finished log costs at most ``TRAINHUB_SSE_FINISHED_LINES`` (5,000) lines,
+    not the whole log (before: all 100,000 lines, ~27 MB, read and rendered per connection)."""
+    from trainhub.jobs import logs
+    from trainhub.jobs.models import Job
+
+    job = Job.objects.create(owner=user, name="chatty", mode="centralized", spec={}, pool=cpu_pool, status="running")
+    for start in range(0, 100_000, 20_000):
+        logs.append_lines(job.pk, [(s, 0, "o", f"step {s} loss 0.{s:06d}") for s in range(start, start + 20_000)])
+    job.transition("succeeded", reason="test")
+    cookies = session_cookie(user_client)
+
+    def connect(**headers) -> tuple[int, list]:
+        response = httpx.get(f"{web.url}/jobs/{job.pk}/logs/stream", cookies=cookies, headers=headers,
+                             timeout=httpx.Timeout(60, connect=10))
+        assert response.status_code == 200
+        return len(response.content), list(all_sse_events(response))
+
+    size, events = connect()
+    lines = [int(ident) for event, ident, _ in events if event == "message"]
+    skipped = [data for event, _, data in events if event == "skipped"]
+    assert lines == list(range(95_000, 100_000))
+    assert size < 5_000 * 400, size  # a line's frame is ~270 bytes here; the whole log would be ~27 MB
+    assert skipped == [{"first": 0, "last": 94_999, "older_url": f"/jobs/{job.pk}/logs/page?before=95000"}]
+    assert events[-1][0] == "end" and events[-1][2]["last_seq"] == 99_999
+
+    size, events = connect(**{"Last-Event-ID": "99990"})  # a client that has nearly everything
+    assert [e for e, _, _ in events] == ["message"] * 9 + ["end"] and size < 10_000
+
+    older = user_client.get(skipped[0]["older_url"], HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="L94999"' in older and 'id="L94500"' in older and 'id="L94499"' not in older
+    assert "Load older lines" in older
+    page = user_client.get(f"/jobs/{job.pk}").content.decode()  # the page itself: the tail, no stream
+    assert 'id="L99999"' in page and 'id="L99499"' not in page and 'data-live="0"' in page

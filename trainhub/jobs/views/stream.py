@@ -8,6 +8,12 @@ The sequence sent is gap-free and duplicate-free: a line is sent only when it is
 the next seq, and a jump forward is filled from the database first. When the job is
 final and every stored line has been sent, an ``end`` event closes the stream.
 
+A finished job's stored log is not replayed in full per connection: a client more than
+``TRAINHUB_SSE_FINISHED_LINES`` lines behind its end gets a ``skipped`` event (``{first, last,
+older_url}``: the seqs left out and the page that serves them, ``/jobs/ID/logs/page?before=``)
+and then only the newest lines. So a connection to a finished 100,000-line log reads and sends
+at most that many rows, whoever opens it and however often; the rest is there a page at a time.
+
 ``?channel=page`` is the job page's one live channel: the same stream also carries named
 events ``status``, ``progress``, ``history``, ``metrics`` and ``files`` (see ``live.py``),
 a snapshot of each on every (re)connect and then each change; ``?lines=0`` leaves the
@@ -198,6 +204,7 @@ class Follower:
         self.lines = lines
         self.page = page
         self.seen_epoch = None  # the hub's epoch this client last filled from the database for
+        self.tail_checked = False  # a finished job: whether the cursor was moved up to its last lines
 
     def frame(self, line: logs.Line) -> str:
         self.cursor = line.seq
@@ -230,8 +237,25 @@ class Follower:
             out.append(self.frame(line))
         return [f for f in out if f], len(lines) == DB_BATCH
 
+    async def skip_to_tail(self) -> str:
+        """A finished job's log: if the client is more than ``TRAINHUB_SSE_FINISHED_LINES`` lines behind
+        its end, move the cursor up to them and say what was left out (a ``skipped`` event)."""
+        self.tail_checked = True
+        last = await sync_to_async(logs.next_seq, thread_sensitive=False)(self.job_id) - 1
+        keep = settings.TRAINHUB_SSE_FINISHED_LINES
+        if last - self.cursor <= keep:
+            return ""
+        first, self.cursor = self.cursor + 1, last - keep
+        query = "&".join(f"{k}={v}" for k, v in (("rank", self.rank), ("stream", self.stream)) if v is not None)
+        older = f"{reverse('job_log_page', args=[self.job_id])}?before={self.cursor + 1}" + (f"&{query}" if query else "")
+        return f"event: skipped\ndata: {json.dumps({'first': first, 'last': self.cursor, 'older_url': older})}\n\n"
+
     async def line_frames(self, hub: Hub, final: bool):
         """The lines after the cursor: from the hub when it holds them, else the database first."""
+        if final and not self.tail_checked:
+            skipped = await self.skip_to_tail()
+            if skipped:
+                yield skipped
         recent = None if final or not hub.live or hub.epoch != self.seen_epoch else hub.after(self.cursor)
         if recent is None:
             epoch = hub.epoch
