@@ -188,8 +188,9 @@ TRAINHUB_OFFLINE_SECONDS = envint("TRAINHUB_OFFLINE_SECONDS", 60, minimum=1)
 TRAINHUB_GANG_TIMEOUT_SECONDS = envfloat("TRAINHUB_GANG_TIMEOUT_SECONDS", 120, minimum=0)
 #: a cross-site job's lost site starts again after this pause (its peers sync without it meanwhile)
 TRAINHUB_SITE_RESTART_SECONDS = envfloat("TRAINHUB_SITE_RESTART_SECONDS", 5, minimum=0)
-# Log lines kept per job of each pool, e.g. "gpu=5000000,*=0" (trainhub/jobs/retention.py parses it).
-TRAINHUB_LOG_RETENTION = envstr("TRAINHUB_LOG_RETENTION", "")
+# Log lines kept per job of each pool, e.g. "gpu=5000000,*=0" (trainhub/jobs/retention.py parses it);
+# on by default: a million lines per job (the first 1,000 and the newest), "*=0" keeps everything.
+TRAINHUB_LOG_RETENTION = envstr("TRAINHUB_LOG_RETENTION", "*=1000000")
 # Bytes of one job attempt's output stored (database, Redis); beyond it a marker, the rest dropped. 0 = no cap.
 TRAINHUB_LOG_MAX_BYTES = envint("TRAINHUB_LOG_MAX_BYTES", 100 * 1024 * 1024, minimum=0)
 # Live log streams (SSE) per web process: open per user, open in all, and the seconds one stays open
