@@ -107,8 +107,8 @@ class Execution:
     def drain(self, seconds: float) -> bool:
         return self.log.drain(seconds)
 
-    def pump_events(self) -> None:
-        if self.events.pump():
+    def pump_events(self, rounds: int = 1) -> None:
+        if self.events.pump(rounds):
             self.log.activity = time.monotonic()  # progress counts as a sign of life for the watchdog
 
     @property
@@ -223,7 +223,7 @@ class Execution:
         while self._take_output() and self.log.flush():  # all that is left, a pending buffer at a time
             pass
         self.flush_lines()  # also fills the log's tail with the last lines
-        self.pump_events()
+        self.pump_events(rounds=16)  # what is left of the events file, up to 64 MB
         return code
 
     def run(self) -> Outcome:
