@@ -29,6 +29,9 @@ def follow(url: str, cookies: dict, result: dict) -> None:
                 if event == "end":
                     result["end"] = json.loads(raw[5:])
                     break
+                if event != "message":  # "skipped": a finished log is sent from its newest lines
+                    result["skipped"] = json.loads(raw[5:])
+                    continue
                 line = json.loads(raw[5:])
                 seqs.append(line["seq"])
                 if line["stream"] == "o":

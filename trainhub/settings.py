@@ -188,15 +188,25 @@ TRAINHUB_OFFLINE_SECONDS = envint("TRAINHUB_OFFLINE_SECONDS", 60, minimum=1)
 TRAINHUB_GANG_TIMEOUT_SECONDS = envfloat("TRAINHUB_GANG_TIMEOUT_SECONDS", 120, minimum=0)
 #: a cross-site job's lost site starts again after this pause (its peers sync without it meanwhile)
 TRAINHUB_SITE_RESTART_SECONDS = envfloat("TRAINHUB_SITE_RESTART_SECONDS", 5, minimum=0)
-# Log lines kept per job of each pool, e.g. "gpu=5000000,*=0" (trainhub/jobs/retention.py parses it).
-TRAINHUB_LOG_RETENTION = envstr("TRAINHUB_LOG_RETENTION", "")
+# Log lines kept per job of each pool, e.g. "gpu=5000000,*=0" (trainhub/jobs/retention.py parses it);
+# on by default: a million lines per job (the first 1,000 and the newest), "*=0" keeps everything.
+TRAINHUB_LOG_RETENTION = envstr("TRAINHUB_LOG_RETENTION", "*=1000000")
 # Bytes of one job attempt's output stored (database, Redis); beyond it a marker, the rest dropped. 0 = no cap.
 TRAINHUB_LOG_MAX_BYTES = envint("TRAINHUB_LOG_MAX_BYTES", 100 * 1024 * 1024, minimum=0)
+# Bytes a job's run directory may hold on disk (checked by its worker; past it the job fails). 0 = no cap.
+TRAINHUB_RUN_DIR_MAX_BYTES = envint("TRAINHUB_RUN_DIR_MAX_BYTES", 0, minimum=0)
 # Live log streams (SSE) per web process: open per user, open in all, and the seconds one stays open
 # before the browser reconnects (transparently, from Last-Event-ID).
 TRAINHUB_SSE_MAX_PER_USER = envint("TRAINHUB_SSE_MAX_PER_USER", 24, minimum=1)
 TRAINHUB_SSE_MAX_STREAMS = envint("TRAINHUB_SSE_MAX_STREAMS", 2000, minimum=1)
 TRAINHUB_SSE_MAX_SECONDS = envint("TRAINHUB_SSE_MAX_SECONDS", 3600, minimum=1)
+# A finished job's log over the live stream: at most its newest this many lines per connection, the
+# rest announced by a ``skipped`` event and served a page at a time (trainhub/jobs/views/stream.py).
+TRAINHUB_SSE_FINISHED_LINES = envint("TRAINHUB_SSE_FINISHED_LINES", 5000, minimum=1)
+# Memory of one web process for live logs: recent text kept per job (its hub), and rendered frames
+# shared by all viewers; past them lines come from the database again (trainhub/jobs/views/stream.py).
+TRAINHUB_SSE_JOB_BUFFER_BYTES = envint("TRAINHUB_SSE_JOB_BUFFER_BYTES", 8 * 1024 * 1024, minimum=65536)
+TRAINHUB_SSE_FRAME_CACHE_BYTES = envint("TRAINHUB_SSE_FRAME_CACHE_BYTES", 64 * 1024 * 1024, minimum=65536)
 # `make run` (trainhub/core/management/commands/up.py).
 TRAINHUB_HOST = envstr("TRAINHUB_HOST", "127.0.0.1")
 TRAINHUB_PORT = envint("TRAINHUB_PORT", 8000, minimum=1, maximum=65535)

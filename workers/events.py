@@ -11,6 +11,7 @@ from workers.logwriter import DbOutage
 from workers.runner.report import read_events
 
 log = logging.getLogger(__name__)
+MAX_VALUES = 1_000  # metrics stored from one event; a job naming more at one step keeps the first ones
 
 
 class EventReader:
@@ -21,18 +22,24 @@ class EventReader:
         self.outage = outage
         self.offset = 0
 
-    def pump(self) -> bool:
-        """Store new metrics and progress; True if there were events. The offset moves only
-        once they are stored, so events read during a database outage are read again
+    def pump(self, rounds: int = 1) -> bool:
+        """Store new metrics and progress, at most ``rounds`` reads of ``READ_MAX`` bytes (so the
+        supervision loop is never held up by a huge file); True if there were events. The offset
+        moves only once they are stored, so events read during a database outage are read again
         (metrics are idempotent per step)."""
-        try:
-            events, offset = read_events(self.run_dir, self.offset)
-            self._store(events)
-        except DB_ERRORS as exc:
-            self.outage.failed(exc)
-            return False
-        self.offset = offset
-        return bool(events)
+        found = False
+        for _ in range(rounds):
+            try:
+                events, offset = read_events(self.run_dir, self.offset)
+                self._store(events)
+            except DB_ERRORS as exc:
+                self.outage.failed(exc)
+                return found
+            moved, self.offset = offset != self.offset, offset
+            found = found or bool(events)
+            if not moved:
+                break
+        return found
 
     def _store(self, events: list[dict]) -> None:
         progress = None
@@ -42,6 +49,10 @@ class EventReader:
                 if kind == "metrics" and isinstance(event.get("values"), dict):
                     values = {self.prefix + str(k): float(v) for k, v in event["values"].items()
                               if isinstance(v, (int, float)) and math.isfinite(v)}
+                    if len(values) > MAX_VALUES:
+                        log.warning("job %s: a metrics event with %d values; keeping the first %d",
+                                    self.job_id, len(values), MAX_VALUES)
+                        values = dict(list(values.items())[:MAX_VALUES])
                     if values:
                         logs.record_metrics(self.job_id, int(event.get("step", 0)), values)
                 elif kind in ("progress", "start") and "total_steps" in event and not self.prefix:

@@ -1,7 +1,8 @@
 """Runs one job attempt: starts it through a backend (``workers.backends``), feeds its output
 to the job's log (``workers.logwriter``) and its events to metrics (``workers.events``), and
-supervises it — renews the lease, enforces cancellation, timeout, watchdog and worker
-shutdown, tells a full disk from other failures, and returns the outcome.
+supervises it — renews the lease, enforces cancellation, timeout, watchdog, the run directory's
+size cap (``workers.diskquota``) and worker shutdown, tells a full disk from other failures, and
+returns the outcome.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from trainhub.jobs import rundir, specpaths
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Workspace
 from workers import backends, process
+from workers.diskquota import DiskQuota
 from workers.events import EventReader
 from workers.logwriter import DbOutage, LogWriter
 from workers.runner import fence, launch
@@ -75,6 +77,7 @@ class Execution:
         self.log = LogWriter(job, self.outage)
         self.lines = self.log.lines  # (stream, [(rank, text), ...]) from any thread
         self.events = EventReader(job.pk, self.run_dir, self.outage)
+        self.quota = DiskQuota(self.run_dir, settings.TRAINHUB_RUN_DIR_MAX_BYTES)
         self.backend = backends.get(backend)
         self.handle: backends.Handle | None = None
         self.exited = threading.Event()  # set once the job's processes have ended
@@ -104,8 +107,8 @@ class Execution:
     def drain(self, seconds: float) -> bool:
         return self.log.drain(seconds)
 
-    def pump_events(self) -> None:
-        if self.events.pump():
+    def pump_events(self, rounds: int = 1) -> None:
+        if self.events.pump(rounds):
             self.log.activity = time.monotonic()  # progress counts as a sign of life for the watchdog
 
     @property
@@ -177,6 +180,9 @@ class Execution:
         watchdog = self.spec.watchdog_minutes * 60
         if watchdog and now - self.log.activity > watchdog:
             return (Status.FAILED, f"watchdog: no output and no progress for {self.spec.watchdog_minutes:g} min")
+        over = self.quota.exceeded(now)
+        if over:
+            return (Status.FAILED, over)
         return None
 
     def supervise(self) -> Stop | None:
@@ -217,7 +223,7 @@ class Execution:
         while self._take_output() and self.log.flush():  # all that is left, a pending buffer at a time
             pass
         self.flush_lines()  # also fills the log's tail with the last lines
-        self.pump_events()
+        self.pump_events(rounds=16)  # what is left of the events file, up to 64 MB
         return code
 
     def run(self) -> Outcome:
@@ -245,6 +251,9 @@ class Execution:
     def outcome(self, stop: Stop | None, code: int) -> Outcome:
         if stop:
             return Outcome(stop[0], code, stop[1])
+        over = self.quota.exceeded()  # written since the last check, just before the end
+        if over:
+            return Outcome(Status.FAILED, code, over)
         if code == 0:
             return Outcome(Status.SUCCEEDED, 0, "exited with code 0")
         if self.disk_full():

@@ -65,8 +65,8 @@ class LogWriter:
         self.outage = outage
         self.seq = logs.next_seq(job.pk)
         # lines kept per job (0: all): the pool's setting, else TRAINHUB_LOG_RETENTION; cut while it runs
-        self.retention = getattr(job.pool, "log_retention_lines", 0) or retention.limit_for(job.pool.name)
-        if 0 < self.retention < retention.MINIMUM:
+        self.retention = retention.lines_kept(job.pool)
+        if 0 < self.retention < retention.MINIMUM:  # a row written past the admin's check
             self.retention = retention.MINIMUM
         self.next_cut = self.seq + max(1_000, self.retention // 10)
         self.lines: queue.Queue = queue.Queue()

@@ -159,10 +159,11 @@ def _send_again(job_id: int, wait: float = 0.0) -> None:
 
 
 def _trim_logs(job: Job) -> None:
-    """Cut a finished job's log to its pool's ``log_retention_lines`` (the first and the newest
-    lines, one marker line where the middle was — the log pipeline's own cut, see retention.py)."""
-    keep = job.pool.log_retention_lines
+    """Cut a finished job's log to what its pool keeps (``log_retention_lines``, else
+    ``TRAINHUB_LOG_RETENTION``, by default 1,000,000 lines): the first and the newest lines, one
+    marker line where the middle was — the log pipeline's own cut, see retention.py."""
     try:
+        keep = retention.lines_kept(job.pool)
         if not keep or Job.objects.filter(pk=job.pk, status__in=[Status.QUEUED, Status.RUNNING]).exists():
             return
         last = LogLine.objects.filter(job_id=job.pk).order_by("-seq").values_list("seq", flat=True).first()

@@ -95,6 +95,15 @@
     ["progress", "metrics"].forEach(function (name) {
       source.addEventListener(name, function (event) { relay(name, JSON.parse(event.data)); });
     });
+    source.addEventListener("skipped", function (event) {
+      // A finished job's log is sent only from its newest lines: what lies between the rows on
+      // screen and those is left to "Load older lines" (a page at a time), not replayed here.
+      var info = JSON.parse(event.data);
+      flush();
+      log.querySelectorAll(":scope > .line, :scope > a.older").forEach(function (row) { row.remove(); });
+      lastSeq = info.last;
+      olderButton(info.last + 1);
+    });
     source.addEventListener("end", function (event) {
       flush();
       close();

@@ -19,7 +19,8 @@ def follow(web, job_id: int, cookies: dict, timeout: float = 240) -> tuple[list[
             if event == "end":
                 end = data
                 break
-            lines.append(data)
+            if event == "message":  # not "skipped": a finished log is sent from its newest 5,000 lines
+                lines.append(data)
     return lines, end
 
 

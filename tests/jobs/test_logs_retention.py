@@ -1,6 +1,8 @@
-"""Log retention per pool: keep everything by default; over a cap, keep the head and the
-newest lines with a clear marker where the middle was cut."""
+"""Log retention per pool: on by default (a million lines per job); over a cap, keep the head and
+the newest lines with a clear marker where the middle was cut."""
 from __future__ import annotations
+
+import os
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -18,9 +20,17 @@ def store(job, start, count):
     LogLine.objects.bulk_create([LogLine(job=job, seq=s, text=f"line {s}") for s in range(start, start + count)])
 
 
-def test_everything_is_kept_unless_a_pool_has_a_cap(monkeypatch):
-    monkeypatch.setattr("django.conf.settings.TRAINHUB_LOG_RETENTION", "")
-    assert retention.limit_for("cpu") == 0
+def test_retention_is_on_by_default_a_million_lines_per_job_and_star_zero_keeps_everything(monkeypatch, cpu_pool):
+    from trainhub import settings as defaults
+
+    assert "TRAINHUB_LOG_RETENTION" not in os.environ  # so the settings hold the default
+    assert defaults.TRAINHUB_LOG_RETENTION == "*=1000000"
+    assert cpu_pool.log_retention_lines == 0 and retention.lines_kept(cpu_pool) == 1_000_000
+    cpu_pool.log_retention_lines = 20_000  # a pool's own cap wins
+    assert retention.lines_kept(cpu_pool) == 20_000
+    monkeypatch.setattr("django.conf.settings.TRAINHUB_LOG_RETENTION", "*=0")
+    cpu_pool.log_retention_lines = 0
+    assert retention.limit_for("cpu") == 0 and retention.lines_kept(cpu_pool) == 0
     monkeypatch.setattr("django.conf.settings.TRAINHUB_LOG_RETENTION", "gpu=5000000, *=20000")
     assert retention.limit_for("gpu") == 5_000_000 and retention.limit_for("cpu") == 20_000
 
@@ -63,3 +73,16 @@ def test_a_job_under_its_cap_is_untouched(job):
     store(job, 0, 5_000)
     assert retention.enforce(job.pk, 5_000, 10_000, "cpu") == 0
     assert LogLine.objects.filter(job=job).count() == 5_000 and retention.cut_range(job.pk) is None
+
+
+def test_a_finished_job_of_a_pool_without_its_own_cap_is_cut_by_the_workers_rule(monkeypatch, job):
+    """The worker's cut at the end follows ``TRAINHUB_LOG_RETENTION`` (its default included) when the
+    pool sets nothing; it used to read the pool's field alone, so the default never cut at the end."""
+    from workers.tasks import _trim_logs
+
+    monkeypatch.setattr("django.conf.settings.TRAINHUB_LOG_RETENTION", "*=10000")  # the default's rule, smaller
+    store(job, 0, 12_000)
+    job.transition("succeeded", reason="test")
+    _trim_logs(job)
+    assert LogLine.objects.filter(job=job).count() == 10_001
+    assert retention.cut_range(job.pk) == (1000, 2999)

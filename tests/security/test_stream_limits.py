@@ -114,3 +114,95 @@ def test_a_stream_ends_after_its_lifetime_and_the_reconnect_resumes_from_the_las
             if len(got) == 3:
                 break
     assert got == ["line 5", "line 6", "line 7"]
+
+
+def test_a_finished_100k_line_log_is_sent_from_its_newest_lines_not_replayed_per_connection(
+        web, cpu_pool, user, user_client):
+    """Each connection to a finished log costs at most ``TRAINHUB_SSE_FINISHED_LINES`` (5,000) lines,
+    not the whole log (before: all 100,000 lines, 31.6 MB, read and rendered per connection; now 1.6 MB)."""
+    from trainhub.jobs import logs
+    from trainhub.jobs.models import Job
+
+    job = Job.objects.create(owner=user, name="chatty", mode="centralized", spec={}, pool=cpu_pool, status="running")
+    for start in range(0, 100_000, 20_000):
+        logs.append_lines(job.pk, [(s, 0, "o", f"step {s} loss 0.{s:06d}") for s in range(start, start + 20_000)])
+    job.transition("succeeded", reason="test")
+    cookies = session_cookie(user_client)
+
+    def connect(**headers) -> tuple[int, list]:
+        response = httpx.get(f"{web.url}/jobs/{job.pk}/logs/stream", cookies=cookies, headers=headers,
+                             timeout=httpx.Timeout(60, connect=10))
+        assert response.status_code == 200
+        return len(response.content), list(all_sse_events(response))
+
+    size, events = connect()
+    lines = [int(ident) for event, ident, _ in events if event == "message"]
+    skipped = [data for event, _, data in events if event == "skipped"]
+    assert lines == list(range(95_000, 100_000))
+    assert size < 5_000 * 400, size  # 1.59 MB measured; the whole log was 31.6 MB
+    assert skipped == [{"first": 0, "last": 94_999, "older_url": f"/jobs/{job.pk}/logs/page?before=95000"}]
+    assert events[-1][0] == "end" and events[-1][2]["last_seq"] == 99_999
+
+    size, events = connect(**{"Last-Event-ID": "99990"})  # a client that has nearly everything
+    assert [e for e, _, _ in events] == ["message"] * 9 + ["end"] and size < 10_000
+
+    older = user_client.get(skipped[0]["older_url"], HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="L94999"' in older and 'id="L94500"' in older and 'id="L94499"' not in older
+    assert "Load older lines" in older
+    page = user_client.get(f"/jobs/{job.pk}").content.decode()  # the page itself: the tail, no stream
+    assert 'id="L99999"' in page and 'id="L99499"' not in page and 'data-live="0"' in page
+
+
+def _memory_kb(pid: int, field: str) -> int:
+    for row in open(f"/proc/{pid}/status"):
+        if row.startswith(field + ":"):
+            return int(row.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def test_a_job_of_the_longest_lines_cannot_make_a_web_process_hold_its_log_in_memory(
+        live_settings, transactional_db, tmp_path, cpu_pool, user, user_client):
+    """6,000 lines of 16,000 characters (96 MB) followed live: a viewer still gets every line once, and
+    the web process's peak memory grows by what its caps allow, not by the log (before: the job's hub
+    kept every line and the frame cache every rendered frame, ~300 MB)."""
+    import threading
+
+    import redis
+
+    from trainhub.jobs import logs
+    from trainhub.jobs.models import Job
+
+    env = {**server_env(database_url(), live_settings.REDIS_URL),
+           "TRAINHUB_SSE_JOB_BUFFER_BYTES": str(1 << 20), "TRAINHUB_SSE_FRAME_CACHE_BYTES": str(2 << 20)}
+    server = AsgiServer(free_port(), env, tmp_path / "uvicorn.log").start()
+    job = Job.objects.create(owner=user, name="wide", mode="centralized", spec={}, pool=cpu_pool, status="running")
+    try:
+        cookies = session_cookie(user_client)
+        logs.append_lines(job.pk, [(0, 0, "o", "warming up")])
+        got, ready = [], threading.Event()
+
+        def follow():
+            with httpx.stream("GET", f"{server.url}/jobs/{job.pk}/logs/stream", cookies=cookies,
+                              timeout=httpx.Timeout(120, connect=10)) as response:
+                for event, ident, data in all_sse_events(response):
+                    if event == "end":
+                        return
+                    got.append((data["seq"], len(data["text"])))
+                    ready.set()
+
+        viewer = threading.Thread(target=follow)
+        viewer.start()
+        assert ready.wait(30), server.output()[-2000:]
+        before = _memory_kb(server.proc.pid, "VmRSS")
+        for start in range(1, 6001, 200):
+            logs.append_lines(job.pk, [(s, 0, "o", f"{s:05d}" + "x" * 15_995) for s in range(start, start + 200)])
+        job.transition("succeeded", reason="test")
+        viewer.join(120)
+        peak = _memory_kb(server.proc.pid, "VmHWM")
+    finally:
+        server.stop()
+        redis.Redis.from_url(live_settings.REDIS_URL).delete(logs.stream_key(job.pk))
+    assert [seq for seq, _ in got] == list(range(6001))
+    assert all(size == 16_000 for seq, size in got if seq)
+    grew = (peak - before) // 1024
+    assert grew < 150, f"the web process grew by {grew} MB following a 96 MB log"  # 56-62 MB here; 393 before

@@ -1,9 +1,12 @@
-"""Log retention: keep everything by default; a pool may cap the lines kept per job.
+"""Log retention, on by default: at most 1,000,000 lines kept per job.
 
 The cap is the pool's ``log_retention_lines`` (admin), else the environment's
 ``TRAINHUB_LOG_RETENTION="gpu=5000000,cpu=1000000,*=0"`` — lines kept per job of each pool
-(``*`` for any other pool, 0 = keep everything, the default). The executor cuts while the
-job runs; the worker cuts once more when it ends. A job over its cap keeps its
+(``*`` for any other pool, 0 = keep everything). Unset, it is ``*=1000000``: the byte cap
+(``TRAINHUB_LOG_MAX_BYTES``, 100 MB) bounds one attempt's bytes, but not the rows — a job of short
+lines, or one retried many times, stores many more; a million lines is about what 100 MB of
+ordinary (~100-byte) log lines make, so a job within one attempt's byte cap keeps everything.
+The executor cuts while the job runs; the worker cuts once more when it ends. A job over its cap keeps its
 first lines and its newest ones; the cut middle is replaced by one system line, the marker,
 at the first cut seq: "✂ lines A–B were cut ...". Seqs never change, so permalinks to kept
 lines stay valid, and readers that meet the hole (the SSE stream) use the marker to know it
@@ -21,6 +24,12 @@ from trainhub.pools.models import LOG_RETENTION_MINIMUM as MINIMUM
 HEAD = 1_000  # first lines always kept (how the run started)
 CHUNK = 50_000  # rows per DELETE, so a big cut never holds the database for long
 MARKER = re.compile(r"^✂ lines (\d+)–(\d+) were cut")
+
+
+def lines_kept(pool) -> int:
+    """Lines kept per job of ``pool`` (a ``WorkerPool``; 0 = everything): its own
+    ``log_retention_lines``, else ``TRAINHUB_LOG_RETENTION``'s rule for it."""
+    return getattr(pool, "log_retention_lines", 0) or limit_for(pool.name)
 
 
 def limit_for(pool: str) -> int:

@@ -72,7 +72,7 @@ class WorkerPool(models.Model):
         default=0, help_text="for jobs whose spec sets no timeout; 0 = the spec's default (120)")
     log_retention_lines = models.PositiveIntegerField(
         default=0, help_text="log lines kept per finished job (the first and the newest; a marker "
-                             "where the middle was cut); 0 = keep all (TRAINHUB_LOG_RETENTION also cuts during the run)")
+                             "where the middle was cut); 0 = the workers' TRAINHUB_LOG_RETENTION (by default 1,000,000)")
     # A Slurm pool's jobs (kind slurm): see docs/POOLS.md, "Slurm pools"
     partition = models.CharField(max_length=100, blank=True, validators=[_queue_name],
                                  help_text="Slurm partition (sbatch --partition); empty = the cluster's default")
@@ -118,7 +118,7 @@ class WorkerPool(models.Model):
         if self.max_timeout_minutes and self.default_timeout_minutes > self.max_timeout_minutes:
             raise ValidationError({"default_timeout_minutes": "must not exceed the maximum timeout (or set it to 0)"})
         if 0 < self.log_retention_lines < LOG_RETENTION_MINIMUM:
-            raise ValidationError({"log_retention_lines": f"keep at least {LOG_RETENTION_MINIMUM:,} lines (or 0 for all)"})
+            raise ValidationError({"log_retention_lines": f"keep at least {LOG_RETENTION_MINIMUM:,} lines (or 0 for the workers' default)"})
         slurm.parse_accounts(self.slurm_accounts)
         if self.slurm_conf and not self.slurm_conf.startswith("/"):
             raise ValidationError({"slurm_conf": "give the absolute path of slurm.conf, e.g. /etc/slurm/slurm.conf"})

@@ -24,6 +24,9 @@ from typing import Any
 from workers.runner import fence
 
 EVENTS_FILE = "events.jsonl"
+#: bytes of the events file read at once: the reader (the worker) holds no more of it in memory, and a
+#: line longer than this is dropped (read on as fragments that are not JSON), whatever a job writes there
+READ_MAX = 4 * 1024 * 1024
 
 
 class Reporter:
@@ -68,15 +71,18 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def read_events(run_dir: str | Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """Read complete event lines from ``offset``; returns the events and the new offset."""
+def read_events(run_dir: str | Path, offset: int = 0, limit: int = READ_MAX) -> tuple[list[dict[str, Any]], int]:
+    """Read complete event lines from ``offset``, at most ``limit`` bytes; returns the events and the
+    new offset (call again for more). A line longer than ``limit`` is skipped."""
     path = Path(run_dir) / EVENTS_FILE
     if not path.exists():
         return [], offset
     with open(path, "rb") as fh:
         fh.seek(offset)
-        chunk = fh.read()
+        chunk = fh.read(limit)
     end = chunk.rfind(b"\n") + 1
+    if end == 0 and len(chunk) == limit:  # no line ends within the limit: drop this much of it
+        return [], offset + limit
     events = []
     for raw in chunk[:end].splitlines():
         try:

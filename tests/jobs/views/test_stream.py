@@ -26,7 +26,10 @@ def own_redis(tmp_path):
 def web(live_settings, own_redis, transactional_db, tmp_path):
     live_settings.REDIS_URL = own_redis.url
     logs.redis_client.cache_clear()
-    server = AsgiServer(free_port(), server_env(database_url(), own_redis.url), tmp_path / "uvicorn.log").start()
+    # These tests check that every line arrives once, in order; a finished log's bound (only its newest
+    # 5,000 lines per connection) is tested in tests/security/test_stream_limits.py, so lift it here.
+    env = {**server_env(database_url(), own_redis.url), "TRAINHUB_SSE_FINISHED_LINES": "50000"}
+    server = AsgiServer(free_port(), env, tmp_path / "uvicorn.log").start()
     yield server
     server.stop()
     logs.redis_client.cache_clear()

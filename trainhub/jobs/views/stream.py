@@ -8,10 +8,22 @@ The sequence sent is gap-free and duplicate-free: a line is sent only when it is
 the next seq, and a jump forward is filled from the database first. When the job is
 final and every stored line has been sent, an ``end`` event closes the stream.
 
+A finished job's stored log is not replayed in full per connection: a client more than
+``TRAINHUB_SSE_FINISHED_LINES`` lines behind its end gets a ``skipped`` event (``{first, last,
+older_url}``: the seqs left out and the page that serves them, ``/jobs/ID/logs/page?before=``)
+and then only the newest lines. So a connection to a finished 100,000-line log reads and sends
+at most that many rows, whoever opens it and however often; the rest is there a page at a time.
+
 ``?channel=page`` is the job page's one live channel: the same stream also carries named
 events ``status``, ``progress``, ``history``, ``metrics`` and ``files`` (see ``live.py``),
 a snapshot of each on every (re)connect and then each change; ``?lines=0`` leaves the
 lines out (a paused log). Other clients (the CLI, the API's followers) get lines only.
+
+Memory per job in a server process is bounded in bytes, not only in lines (a line may hold
+16,384 characters): a job's hub keeps at most ``TRAINHUB_SSE_JOB_BUFFER_BYTES`` of recent text
+(older lines come from the database), the rendered frames shared by viewers at most
+``TRAINHUB_SSE_FRAME_CACHE_BYTES`` in all, and one Redis read takes at most ``XREAD_ENTRIES``
+entries (each up to ``logs.ENTRY_LINES`` lines).
 
 Bounded per server process: ``TRAINHUB_SSE_MAX_PER_USER`` open streams per user and
 ``TRAINHUB_SSE_MAX_STREAMS`` in all, beyond which a new one gets 429 and a message saying so;
@@ -22,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import json
 import logging
 import time
@@ -41,11 +52,13 @@ from trainhub.jobs.views import int_param, job_for_user, live
 log = logging.getLogger(__name__)
 BLOCK_MS = 1000
 KEEPALIVE_SECONDS = 15
-DB_BATCH = 1000
+DB_BATCH = 200  # rows per database read of one viewer: at most ~3 MB of text with the longest lines
 FRAME_CACHE = 20_000
 HUB_LINES = 20_000  # recent lines a job's hub keeps for viewers that are a little behind
+XREAD_ENTRIES = 2  # stream entries per Redis read: at most 400 lines, ~6.5 MB of the longest lines
 #: rendered SSE frames of recent lines, oldest first (one event loop: no lock needed)
 _FRAMES: dict[tuple[int, int], str] = {}
+_FRAME_BYTES = [0]  # characters held in ``_FRAMES``
 #: open streams of this server process per user id (one event loop: no lock needed)
 _OPEN: collections.Counter = collections.Counter()
 RETRY_AFTER_SECONDS = 10
@@ -67,6 +80,7 @@ class Hub:
         self.job_id = job_id
         self.key = logs.stream_key(job_id)
         self.lines: list[logs.Line] = []  # contiguous by seq; trimmed from the front now and then
+        self.text_bytes = 0  # characters of text in ``lines``
         self.status: str | None = None
         self.live = False  # the Redis Stream is being read
         self.epoch = 0
@@ -82,6 +96,7 @@ class Hub:
 
     def restart(self, live: bool) -> None:
         self.lines.clear()
+        self.text_bytes = 0
         self.live = live
         self.epoch += 1
 
@@ -117,7 +132,7 @@ class Hub:
                 deadline = time.monotonic() + 1.0  # re-check the status about once a second
                 while redis_id is not None and time.monotonic() < deadline and self.viewers > 0:
                     try:
-                        reply = await client.xread({self.key: redis_id}, count=50, block=BLOCK_MS)
+                        reply = await client.xread({self.key: redis_id}, count=XREAD_ENTRIES, block=BLOCK_MS)
                     except (redis.RedisError, OSError) as exc:
                         log.info("live log for job %s: redis lost (%s)", self.job_id, exc)
                         client, redis_id = await _close(client), None
@@ -132,8 +147,8 @@ class Hub:
                                 if self.lines and line.seq != self.lines[-1].seq + 1:
                                     self.restart(live=True)  # a hole: viewers fill it from the database
                                 self.lines.append(line)
-                    if len(self.lines) > 2 * HUB_LINES:
-                        del self.lines[:HUB_LINES]
+                                self.text_bytes += len(line.text)
+                    self.trim()
                     if reply:
                         self.notify()
         finally:
@@ -141,6 +156,20 @@ class Hub:
             self.notify()
             if _HUBS.get(self.job_id) is self:
                 del _HUBS[self.job_id]
+
+    def trim(self) -> None:
+        """Drop the oldest lines once the hub holds more than ``2 * HUB_LINES`` lines or
+        ``TRAINHUB_SSE_JOB_BUFFER_BYTES`` of text, down to half of either (viewers behind that
+        read the database)."""
+        cap = settings.TRAINHUB_SSE_JOB_BUFFER_BYTES
+        if len(self.lines) <= 2 * HUB_LINES and self.text_bytes <= cap:
+            return
+        cut, kept = 0, self.text_bytes
+        while cut < len(self.lines) and (len(self.lines) - cut > HUB_LINES or kept > cap // 2):
+            kept -= len(self.lines[cut].text)
+            cut += 1
+        del self.lines[:cut]
+        self.text_bytes = kept
 
     def after(self, cursor: int) -> list[logs.Line] | None:
         """Lines after ``cursor`` if this hub holds all of them from cursor + 1 on, else None."""
@@ -198,6 +227,7 @@ class Follower:
         self.lines = lines
         self.page = page
         self.seen_epoch = None  # the hub's epoch this client last filled from the database for
+        self.tail_checked = False  # a finished job: whether the cursor was moved up to its last lines
 
     def frame(self, line: logs.Line) -> str:
         self.cursor = line.seq
@@ -209,9 +239,9 @@ class Follower:
             data = json.dumps({"seq": line.seq, "rank": line.rank, "stream": line.stream, "text": line.text,
                                "html": ansi.row(line, href=self.href)})
             cached = _FRAMES[key] = f"id: {line.seq}\ndata: {data}\n\n"
-            if len(_FRAMES) > FRAME_CACHE:
-                for old in list(itertools.islice(_FRAMES, FRAME_CACHE // 4)):
-                    del _FRAMES[old]
+            _FRAME_BYTES[0] += len(cached)
+            if len(_FRAMES) > FRAME_CACHE or _FRAME_BYTES[0] > settings.TRAINHUB_SSE_FRAME_CACHE_BYTES:
+                _forget_frames()
         return cached
 
     async def backfill(self, strict: bool = True) -> tuple[list[str], bool]:
@@ -230,8 +260,25 @@ class Follower:
             out.append(self.frame(line))
         return [f for f in out if f], len(lines) == DB_BATCH
 
+    async def skip_to_tail(self) -> str:
+        """A finished job's log: if the client is more than ``TRAINHUB_SSE_FINISHED_LINES`` lines behind
+        its end, move the cursor up to them and say what was left out (a ``skipped`` event)."""
+        self.tail_checked = True
+        last = await sync_to_async(logs.next_seq, thread_sensitive=False)(self.job_id) - 1
+        keep = settings.TRAINHUB_SSE_FINISHED_LINES
+        if last - self.cursor <= keep:
+            return ""
+        first, self.cursor = self.cursor + 1, last - keep
+        query = "&".join(f"{k}={v}" for k, v in (("rank", self.rank), ("stream", self.stream)) if v is not None)
+        older = f"{reverse('job_log_page', args=[self.job_id])}?before={self.cursor + 1}" + (f"&{query}" if query else "")
+        return f"event: skipped\ndata: {json.dumps({'first': first, 'last': self.cursor, 'older_url': older})}\n\n"
+
     async def line_frames(self, hub: Hub, final: bool):
         """The lines after the cursor: from the hub when it holds them, else the database first."""
+        if final and not self.tail_checked:
+            skipped = await self.skip_to_tail()
+            if skipped:
+                yield skipped
         recent = None if final or not hub.live or hub.epoch != self.seen_epoch else hub.after(self.cursor)
         if recent is None:
             epoch = hub.epoch
@@ -295,6 +342,15 @@ class Follower:
                     last_write = time.monotonic()
         finally:
             _release(hub, page)
+
+
+def _forget_frames() -> None:
+    """Drop the oldest cached frames until they are at most 3/4 of the count and of the byte cap."""
+    most, cap = FRAME_CACHE * 3 // 4, settings.TRAINHUB_SSE_FRAME_CACHE_BYTES * 3 // 4
+    for old in list(_FRAMES):
+        if len(_FRAMES) <= most and _FRAME_BYTES[0] <= cap:
+            break
+        _FRAME_BYTES[0] -= len(_FRAMES.pop(old))
 
 
 async def _wait(event: asyncio.Event, timeout: float) -> None:
