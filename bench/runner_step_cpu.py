@@ -79,6 +79,35 @@ def bare_steps(tmp: Path, steps: int, model: str, batch: int) -> float:
     return time.process_time() - started
 
 
+def window_events_us(tmp: Path, windows: int = 20000) -> dict[str, float]:
+    """CPU µs to write one log window's events, as two events (progress, metrics: a fence read and a
+    flush each) and as ``Reporter.window`` (one of each); the fence on, as under a worker. Min of 3."""
+    import os
+
+    from workers.runner import fence
+    from workers.runner.report import Reporter
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    fence.claim(tmp, 1)
+    os.environ["TRAINHUB_ATTEMPT"] = "1"
+    rep = Reporter(tmp)
+    values = {"train_loss": 0.5, "train_acc": 0.9, "lr": 0.001, "samples_per_s": 1234.5}
+    ways = {"two_events": lambda i: (rep.progress(i, windows, 0), rep.metrics(i, **values)),
+            "window": lambda i: rep.window(i, windows, 0, values)}
+    out = {}
+    for name, write in ways.items():
+        best = float("inf")
+        for _ in range(3):
+            started = time.process_time()
+            for i in range(windows):
+                write(i)
+            best = min(best, (time.process_time() - started) / windows * 1e6)
+        out[name] = best
+    os.environ.pop("TRAINHUB_ATTEMPT")
+    rep.close()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=4000)
@@ -106,6 +135,8 @@ def main() -> None:
         bare_step.append(bare_steps(tmp / f"b{i}", ns.steps, ns.model, ns.batch) / ns.steps * 1e6)
         runner_step.append(runner_steps(tmp / f"r{i}", ns.steps, ns.model, ns.batch, ns.log_every) / ns.steps * 1e6)
     extra = [r - b for r, b in zip(runner_step, bare_step)]
+    events = window_events_us(tmp / "events")
+    print(f"one log window's events: {events}", file=sys.stderr)
     print(f"{ns.model}, batch {ns.batch}, log every {ns.log_every} steps, {ns.steps} steps × {ns.repeats}, "
           f"CPU µs per step (median): bare {statistics.median(bare_step):.1f}, runner "
           f"{statistics.median(runner_step):.1f}, runner's own {statistics.median(extra):.1f} "
@@ -115,7 +146,8 @@ def main() -> None:
         "unit": "CPU microseconds per optimizer step (time.process_time, one thread)",
         "bare_us": bare_step, "runner_us": runner_step, "runner_own_us": extra,
         "median_runner_own_us": statistics.median(extra),
-        "min_runner_minus_min_bare_us": min(runner_step) - min(bare_step)})
+        "min_runner_minus_min_bare_us": min(runner_step) - min(bare_step),
+        "window_events_cpu_us": events})
 
 
 if __name__ == "__main__":
