@@ -43,6 +43,7 @@ class EventReader:
 
     def _store(self, events: list[dict]) -> None:
         progress = None
+        metrics: list[tuple[int, dict[str, float]]] = []  # stored in one statement, not one per event
         for event in events:
             kind = event.get("type")
             try:
@@ -54,11 +55,13 @@ class EventReader:
                                     self.job_id, len(values), MAX_VALUES)
                         values = dict(list(values.items())[:MAX_VALUES])
                     if values:
-                        logs.record_metrics(self.job_id, int(event.get("step", 0)), values)
+                        metrics.append((int(event.get("step", 0)), values))
                 elif kind in ("progress", "start") and "total_steps" in event and not self.prefix:
                     progress = (int(event.get("step", 0)), int(event["total_steps"]))
             except (TypeError, ValueError):  # a malformed event is skipped, never fatal
                 log.warning("job %s: skipped malformed event %r", self.job_id, event)
+        if metrics:
+            logs.record_metric_rows(self.job_id, metrics)
         if progress:
             logs.record_progress(self.job_id, *progress)
 

@@ -10,6 +10,7 @@ a job killed by signal N as 128 + N, and the guard dies of N as the job did.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ def main(argv: list[str]) -> int:
     # A handler (not SIG_IGN) so that the child starts with the default disposition.
     signal.signal(signal.SIGTERM, lambda *_: None)
     child = subprocess.Popen(argv[2:])
+    exited = _exit_waiter(child)
     while child.poll() is None:
         if os.getppid() != worker:
             os.killpg(0, signal.SIGTERM)
@@ -38,10 +40,7 @@ def main(argv: list[str]) -> int:
             while child.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
             os.killpg(0, signal.SIGKILL)
-        try:
-            child.wait(timeout=0.2)  # returns within a few ms of the child's exit, not at the next tick
-        except subprocess.TimeoutExpired:
-            pass
+        exited(0.2)  # returns at the child's exit, else after 0.2 s to look at the worker again
     code = child.returncode
     if sandboxed and 128 < code < 128 + signal.NSIG:
         code = 128 - code
@@ -50,6 +49,21 @@ def main(argv: list[str]) -> int:
             signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
+
+
+def _exit_waiter(child: subprocess.Popen):
+    """``wait(seconds)``: sleep until ``child`` exits or ``seconds`` pass. A pidfd wakes the guard only
+    then; ``Popen.wait(timeout)`` polls every few ms (about 20 wake-ups a second for the whole job)."""
+    try:
+        fd = os.pidfd_open(child.pid)
+    except (AttributeError, OSError):  # not Linux ≥ 5.3: poll
+        def poll(seconds: float) -> None:
+            try:
+                child.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                pass
+        return poll
+    return lambda seconds: select.select([fd], [], [], seconds)
 
 
 if __name__ == "__main__":

@@ -86,8 +86,8 @@ def test_a_full_pending_buffer_drops_new_lines_with_a_marker_saying_how_many(exe
 def test_metrics_read_during_an_outage_are_read_again_afterwards(execution, monkeypatch):
     (execution.run_dir / "events.jsonl").write_text(json.dumps({"type": "metrics", "step": 1,
                                                                 "values": {"loss": 0.5}}) + "\n")
-    outage = Outage(logs.record_metrics)
-    monkeypatch.setattr(logs, "record_metrics", outage)
+    outage = Outage(logs.record_metric_rows)  # what the executor stores a pump's metrics with
+    monkeypatch.setattr(logs, "record_metric_rows", outage)
     execution.pump_events()
     assert execution.events_offset == 0
     outage.down = False

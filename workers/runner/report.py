@@ -40,6 +40,11 @@ class Reporter:
     def emit(self, type_: str, **fields: Any) -> None:
         """Append one event; raises :class:`fence.Superseded` (once, then silent) if a newer attempt owns the
         run directory."""
+        self._write([{"type": type_, **fields}])
+
+    def _write(self, events: list[dict[str, Any]]) -> None:
+        """Append ``events`` (each given its ``time``) with one fence check and one write: a log
+        window's progress and metrics cost one read of the fence file and one flush, not two."""
         if not self._fh:
             return
         try:
@@ -47,14 +52,23 @@ class Reporter:
         except fence.Superseded:
             self.close()
             raise
-        event = {"type": type_, "time": round(time.time(), 3), **fields}
-        self._fh.write(json.dumps(event, default=_jsonable) + "\n")
+        now = round(time.time(), 3)
+        self._fh.write("".join(json.dumps({"type": e["type"], "time": now, **e}, default=_jsonable) + "\n"
+                               for e in events))
         self._fh.flush()
 
     def metrics(self, step: int, **values: float) -> None:
-        clean = {k: float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))}
+        clean = _clean(values)
         if clean:
             self.emit("metrics", step=step, values=clean)
+
+    def window(self, step: int, total_steps: int, epoch: int, values: dict[str, float]) -> None:
+        """A log window's ``progress`` and ``metrics`` events, written together."""
+        events = [{"type": "progress", "step": step, "total_steps": total_steps, "epoch": epoch}]
+        clean = _clean(values)
+        if clean:
+            events.append({"type": "metrics", "step": step, "values": clean})
+        self._write(events)
 
     def progress(self, step: int, total_steps: int, epoch: int) -> None:
         self.emit("progress", step=step, total_steps=total_steps, epoch=epoch)
@@ -63,6 +77,10 @@ class Reporter:
         if self._fh:
             self._fh.close()
             self._fh = None
+
+
+def _clean(values: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))}
 
 
 def _jsonable(value: Any) -> Any:

@@ -28,6 +28,7 @@ from workers.runner import strategies
 #: training time between two agreed stop checks of a multi-rank run (well inside the kill grace)
 STOP_CHECK_SECONDS = 0.5
 STOP_CHECK_MAX_STEPS = 1000
+_NO_CONTEXT = contextlib.nullcontext()  # reusable: one object, not one a step
 
 
 class Interrupted(Exception):
@@ -110,7 +111,7 @@ class Runner:
             for batch in batches:
                 boundary = (self.micro + 1) % spec.train.grad_accum_steps == 0
                 batch = to_device(batch, self.device, s.input_dtype)
-                with contextlib.nullcontext() if boundary else s.no_sync():
+                with _NO_CONTEXT if boundary else s.no_sync():
                     loss, units = wl.loss(self.model, batch)
                     s.backward(loss)
                 window.add(loss.detach(), units)
@@ -140,8 +141,7 @@ class Runner:
             values.update(self._evaluate())
         values.update(self.strategy.take_metrics())
         if values:
-            self.reporter.progress(self.step, self.total_steps, self.epoch)
-            self.reporter.metrics(self.step, **values)
+            self.reporter.window(self.step, self.total_steps, self.epoch, values)
             shown = " ".join(f"{k}={v:.0f}" if abs(v) >= 1000 else f"{k}={v:.4g}" for k, v in values.items())
             self.log(f"epoch {self.epoch + 1}/{spec.train.epochs} step {self.step}/{self.total_steps} {shown}")
         if epoch_done:
@@ -308,7 +308,7 @@ def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype = torch
     if isinstance(batch, dict):
         return {k: to_device(v, device, float_dtype) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device, float_dtype) for v in batch)
+        return type(batch)([to_device(v, device, float_dtype) for v in batch])
     return batch
 
 

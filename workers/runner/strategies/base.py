@@ -72,7 +72,8 @@ class Strategy:
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of one micro-batch's (unscaled) loss; accumulation is the strategy's job."""
-        (loss / self.accum).backward()
+        # without accumulation no scaling: a division would add a tensor op and an autograd node per step
+        (loss if self.accum == 1 else loss / self.accum).backward()
 
     def step(self) -> float | None:
         """One optimizer step at an accumulation boundary; returns the gradient norm if clipped."""

@@ -72,9 +72,10 @@ class ClassifyWorkload(Workload):
     def loss(self, model, batch):
         x, y = batch
         logits = model(x)
-        with torch.no_grad():  # a tensor sum: no device sync per batch
-            self._correct = self._correct + (logits.argmax(-1) == y).sum()
-            self._seen += len(y)
+        # a tensor sum: no device sync per batch; argmax is not differentiable, so no graph (and no
+        # torch.no_grad() to enter and leave every step)
+        self._correct = self._correct + (logits.argmax(-1) == y).sum()
+        self._seen += len(y)
         return F.cross_entropy(logits.float(), y), len(y)
 
     def train_metrics(self) -> dict[str, float]:
