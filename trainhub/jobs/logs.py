@@ -110,16 +110,70 @@ def tail_lines(job_id: int, limit: int = 500, *, rank: int | None = None, stream
     return [Line(*row) for row in reversed(rows)]
 
 
+#: the SQLite FTS5 index of the lines' text (migration jobs/0006); PostgreSQL's is pg_trgm (jobs/0005)
+FTS_TABLE = "jobs_logline_fts"
+#: lines read in seq order before the SQLite index is asked: a query that matches often is answered
+#: here, where the index would list its matches in every job's lines first
+PROBE = 10_000
+
+
+def fts_ready() -> bool:
+    """Whether this database is SQLite with the FTS5 log index and the triggers that keep it true."""
+    if connection.vendor != "sqlite":
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name IN (%s, %s, %s)",
+                       [f"{FTS_TABLE}_insert", f"{FTS_TABLE}_delete", f"{FTS_TABLE}_update"])
+        return cursor.fetchone()[0] == 3
+
+
+def _fts_phrase(text: str) -> str:
+    """``text`` as one FTS5 phrase: with the trigram tokenizer it matches ``text`` as a substring,
+    case-folded — a superset of Django's ``icontains`` on SQLite, which is then applied to the rows."""
+    return '"' + text.replace('"', '""') + '"'
+
+
+def _fts_select(select: str, match: str, job_id: int, where: list[str], params: list, tail: str = ""):
+    """Rows of ``job_id`` among the index's matches for ``match``: the index drives (``CROSS JOIN`` keeps
+    SQLite from walking the job's lines and probing the match list for each), ``where`` filters them."""
+    sql = (f"SELECT {select} FROM {FTS_TABLE} CROSS JOIN jobs_logline AS l ON l.id = {FTS_TABLE}.rowid "
+           f"WHERE {FTS_TABLE} MATCH %s AND l.job_id = %s AND {' AND '.join(where)} {tail}")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [match, job_id, *params])
+        return cursor.fetchall()
+
+
+def _like(text: str) -> str:
+    """Django's ``icontains`` on SQLite: ``LIKE`` (ASCII case-insensitive) with %, _ and \\ escaped."""
+    return f"%{connection.ops.prep_for_like_query(text)}%"
+
+
 def search_lines(job_id: int, query: str, after: int = -1, limit: int = 100, *, rank: int | None = None,
                  stream: str | None = None) -> list[Line]:
-    """Lines containing ``query`` (case-insensitive) across the whole stored log, by seq."""
-    rows = (_lines(job_id, rank, stream).filter(seq__gt=after, text__icontains=query).order_by("seq")
-            .values_list(*FIELDS)[:limit])
+    """Lines containing ``query`` (case-insensitive) across the whole stored log, by seq.
+
+    PostgreSQL: one query; its planner walks the job's lines in seq order when matches are common and
+    asks the trigram index (jobs/0005) when they are rare. SQLite: the next ``PROBE`` lines in seq
+    order first, then the FTS5 index (jobs/0006) for the rest; queries under 3 characters (no trigram)
+    and databases without the index scan the job's lines."""
+    matching = _lines(job_id, rank, stream).filter(text__icontains=query)
+    if len(query) < 3 or not fts_ready():
+        rows = matching.filter(seq__gt=after).order_by("seq").values_list(*FIELDS)[:limit]
+        return [Line(*row) for row in rows]
+    rows = list(matching.filter(seq__gt=after, seq__lte=after + PROBE).order_by("seq").values_list(*FIELDS)[:limit])
+    if len(rows) < limit:
+        where, params = ["l.seq > %s", "l.text LIKE %s ESCAPE '\\'"], [after + PROBE, _like(query)]
+        for column, value in (("rank", rank), ("stream", stream or None)):
+            if value is not None:
+                where.append(f"l.{column} = %s")
+                params.append(value)
+        rows += _fts_select("l.seq, l.rank, l.stream, l.text", _fts_phrase(query), job_id, where,
+                            [*params, limit - len(rows)], "ORDER BY l.seq LIMIT %s")
     return [Line(*row) for row in rows]
 
 
-#: lines "first error" reads in seq order before it asks the search index (PostgreSQL)
-FIRST_ERROR_PROBE = 10_000
+#: lines "first error" reads in seq order before it asks the search index
+FIRST_ERROR_PROBE = PROBE
 
 
 def first_error(job_id: int) -> int | None:
@@ -128,17 +182,23 @@ def first_error(job_id: int) -> int | None:
     On PostgreSQL the planner answers ``ORDER BY seq LIMIT 1`` by walking the job's lines in order,
     hoping for an early match: for an error at 90 % of a 1,000,000-line log that read 900,000 rows
     (6 s, docs/BENCHMARKS.md "Log search"). So the first ``FIRST_ERROR_PROBE`` lines are read in
-    order (a log full of "error" answers there), and the rest is looked up through the trigram index
-    (migration jobs/0005), its matches materialized before the minimum is taken."""
+    order (a log full of "error" answers there), and the rest is looked up through the search index
+    (pg_trgm, migration jobs/0005; FTS5 on SQLite, jobs/0006), its matches materialized before the
+    minimum is taken."""
     match = Q()
     for marker in ERROR_MARKERS:
         match |= Q(text__icontains=marker)
     matches = LogLine.objects.filter(match, job_id=job_id)
-    if connection.vendor != "postgresql":
+    if connection.vendor == "sqlite" and not fts_ready():
         return matches.order_by("seq").values_list("seq", flat=True).first()
     first = matches.filter(seq__lt=FIRST_ERROR_PROBE).order_by("seq").values_list("seq", flat=True).first()
     if first is not None:
         return first
+    if connection.vendor == "sqlite":
+        fts_query = " OR ".join(_fts_phrase(marker) for marker in ERROR_MARKERS)
+        where = ["l.seq >= %s", "(" + " OR ".join(["l.text LIKE %s ESCAPE '\\'"] * len(ERROR_MARKERS)) + ")"]
+        return _fts_select("min(l.seq)", fts_query, job_id, where,
+                           [FIRST_ERROR_PROBE, *(_like(marker) for marker in ERROR_MARKERS)])[0][0]
     sql, params = matches.filter(seq__gte=FIRST_ERROR_PROBE).values("seq").query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(f"WITH found AS MATERIALIZED ({sql}) SELECT min(seq) FROM found", params)
