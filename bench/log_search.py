@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--reuse", action="store_true", help="keep the bench database of an earlier run (same sizes)")
-    parser.add_argument("--phases", nargs="+", default=["before", "after"], choices=["before", "after"],
+    parser.add_argument("--phases", nargs="*", default=["before", "after"], choices=["before", "after"],
                         help="before: without the search indexes; after: with them")
     parser.add_argument("--writes", action=argparse.BooleanOptionalAction, default=True,
                         help="also time storing lines without and with the index")

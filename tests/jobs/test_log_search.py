@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from trainhub.jobs import logs, retention
@@ -67,8 +67,10 @@ def job(user, cpu_pool, settings):
 
 @pytest.fixture
 def small_probe(monkeypatch):
+    """Past the first PROBE lines the index answers; on SQLite every stored batch is indexed at once."""
     monkeypatch.setattr(logs, "PROBE", PROBE)
     monkeypatch.setattr(logs, "FIRST_ERROR_PROBE", PROBE)
+    monkeypatch.setattr(logs, "FTS_CATCH_UP", 1)
 
 
 def store(job, first_seq: int, texts: list[str]) -> None:
@@ -120,6 +122,25 @@ def test_search_stays_correct_for_lines_written_changed_and_cut_after_the_index_
     assert found(job, "rewritten") == {3 * PROBE}
     LogLine.objects.filter(job=job, seq=3 * PROBE + 1).delete()
     assert found(job, "late arrival") == set()
+
+
+def test_sqlite_lines_not_yet_indexed_are_found_beside_indexed_ones_and_join_the_index_later(job, small_probe,
+                                                                                            monkeypatch):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's FTS5 index, filled in bulk")
+    store(job, 0, [f"filler {i}" for i in range(3 * PROBE)] + ["indexed needle"])
+    monkeypatch.setattr(logs, "FTS_CATCH_UP", 10_000)  # the writer leaves the next lines to a later catch-up
+    store(job, 3 * PROBE + 1, ["waiting needle", "waiting too"])
+    LogLine.objects.filter(job=job, seq=3 * PROBE + 2).update(text="another NEEDLE, changed before indexing")
+    assert found(job, "needle") == {3 * PROBE, 3 * PROBE + 1, 3 * PROBE + 2}
+    assert found(job, "needle", after=3 * PROBE) == {3 * PROBE + 1, 3 * PROBE + 2}
+    assert logs.search_lines(job.pk, "needle", limit=1)[0].seq == 3 * PROBE  # by seq across both
+    with transaction.atomic():
+        assert logs.fts_catch_up() == 2
+    LogLine.objects.filter(job=job, seq=3 * PROBE + 1).delete()
+    with CaptureQueriesContext(connection) as captured:
+        assert found(job, "needle") == {3 * PROBE, 3 * PROBE + 2}
+    assert any(" MATCH " in q["sql"] for q in captured.captured_queries)
 
 
 def test_search_finds_no_line_that_retention_cut(job, small_probe):

@@ -1,7 +1,14 @@
 """The log search index on SQLite (the embedded default): an FTS5 ``trigram`` table over the log lines'
-text, kept in step by triggers on ``jobs_logline`` (so every writer — the executor, gang nodes,
-retention's cuts, a test's ``bulk_create`` — keeps it true), filled from the lines already there.
-External content (``content='jobs_logline'``): the index holds no second copy of the text.
+text (external content: no second copy of the text), filled from the lines already there.
+
+Lines are added to it in bulk, not one by one: an ``AFTER INSERT`` trigger cost ~20 µs per line
+(FTS5 flushes its pending terms at every statement's savepoint, so each row became a segment of its
+own) against ~1–2.5 µs per line for one ``INSERT … SELECT`` over many rows — it would have cut log
+throughput to a quarter (docs/BENCHMARKS.md, "Log search"). So ``jobs_logline_fts_state.indexed_to``
+says up to which line id the index holds; ``logs.fts_catch_up`` (called by the log writer once
+``FTS_CATCH_UP`` lines wait) indexes the rest, and search reads lines past that mark directly.
+Triggers keep the indexed lines true when they change or go (retention's cuts, a job's deletion).
+Ids only grow (AUTOINCREMENT, one writer at a time), so nothing lands below the mark later.
 A no-op on PostgreSQL, which has its pg_trgm index (0005). Where this SQLite lacks FTS5 or its
 trigram tokenizer (before 3.34), nothing is built and search stays a scan (``logs.fts_ready``).
 
@@ -13,20 +20,25 @@ import logging
 from django.db import migrations
 
 TABLE = "jobs_logline_fts"
+STATE = f"{TABLE}_state"
+INDEXED = f"old.id <= (SELECT indexed_to FROM {STATE})"
 SQL = [
+    # detail=none, columnsize=0: no positions, no per-line sizes — half the cost of a line (1.1 against
+    # 2.3 µs); search asks for all of a query's trigrams and checks the lines themselves
     f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} USING fts5(text, content='jobs_logline', content_rowid='id', "
-    "tokenize='trigram')",
-    f"CREATE TRIGGER IF NOT EXISTS {TABLE}_insert AFTER INSERT ON jobs_logline BEGIN "
-    f"INSERT INTO {TABLE}(rowid, text) VALUES (new.id, new.text); END",
-    f"CREATE TRIGGER IF NOT EXISTS {TABLE}_delete AFTER DELETE ON jobs_logline BEGIN "
+    "tokenize='trigram', detail=none, columnsize=0)",
+    f"CREATE TABLE IF NOT EXISTS {STATE} (indexed_to INTEGER NOT NULL)",
+    f"DELETE FROM {STATE}",
+    f"INSERT INTO {STATE} (indexed_to) SELECT coalesce(max(id), 0) FROM jobs_logline",
+    f"INSERT INTO {TABLE}({TABLE}) VALUES ('rebuild')",  # every line stored so far
+    f"CREATE TRIGGER IF NOT EXISTS {TABLE}_delete AFTER DELETE ON jobs_logline WHEN {INDEXED} BEGIN "
     f"INSERT INTO {TABLE}({TABLE}, rowid, text) VALUES ('delete', old.id, old.text); END",
-    f"CREATE TRIGGER IF NOT EXISTS {TABLE}_update AFTER UPDATE OF text ON jobs_logline BEGIN "
+    f"CREATE TRIGGER IF NOT EXISTS {TABLE}_update AFTER UPDATE OF text ON jobs_logline WHEN {INDEXED} BEGIN "
     f"INSERT INTO {TABLE}({TABLE}, rowid, text) VALUES ('delete', old.id, old.text); "
     f"INSERT INTO {TABLE}(rowid, text) VALUES (new.id, new.text); END",
-    f"INSERT INTO {TABLE}({TABLE}) VALUES ('rebuild')",  # the lines stored before this migration
 ]
 DROP = [f"DROP TRIGGER IF EXISTS {TABLE}_{event}" for event in ("insert", "delete", "update")] + [
-    f"DROP TABLE IF EXISTS {TABLE}"]
+    f"DROP TABLE IF EXISTS {TABLE}", f"DROP TABLE IF EXISTS {STATE}"]
 
 
 def create(apps, schema_editor):
