@@ -143,6 +143,17 @@ def test_sqlite_lines_not_yet_indexed_are_found_beside_indexed_ones_and_join_the
     assert any(" MATCH " in q["sql"] for q in captured.captured_queries)
 
 
+def test_sqlite_index_is_rebuilt_when_line_ids_start_again(job, small_probe):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's FTS5 index")
+    store(job, 0, [f"filler {i}" for i in range(3 * PROBE)])
+    with connection.cursor() as cursor:  # as after `manage.py flush`, which resets the ids below the mark
+        cursor.execute(f"UPDATE {logs.FTS_STATE} SET indexed_to = 1000000")
+    store(job, 3 * PROBE, ["after the reset"])
+    assert found(job, "after the reset") == {3 * PROBE}
+    assert found(job, "filler 1") == {1} | set(range(10, 3 * PROBE))
+
+
 def test_search_finds_no_line_that_retention_cut(job, small_probe):
     store(job, 0, [f"line {i} keep" if i < 3 else f"line {i} cut me" for i in range(20)])
     assert len(found(job, "cut me")) == 17

@@ -142,6 +142,10 @@ def fts_catch_up(at_least: int = 1) -> int:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT indexed_to, (SELECT coalesce(max(id), 0) FROM jobs_logline) FROM {FTS_STATE}")
         done, last = cursor.fetchone()
+        if last < done:  # ids started again (``manage.py flush`` resets them): index what is there afresh
+            cursor.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')")
+            cursor.execute(f"UPDATE {FTS_STATE} SET indexed_to = %s", [last])
+            return last
         if last - done < max(at_least, 1):
             return 0
         cursor.execute(f"INSERT INTO {FTS_TABLE}(rowid, text) SELECT id, text FROM jobs_logline "
