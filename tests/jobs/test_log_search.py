@@ -101,6 +101,15 @@ def test_search_answers_awkward_queries_as_a_substring_match_on_both_back_ends(j
     assert found(job, query) == want
 
 
+def test_a_query_with_a_nul_character_is_answered_not_refused(job, small_probe, user_client):
+    store(job, 0, [f"filler {i}" for i in range(3 * PROBE)] + ["x yz"])
+    assert found(job, "x\x00yz") == set()
+    assert user_client.get(f"/jobs/{job.pk}/logs/search?q=x%00yz").status_code == 200
+    if connection.vendor == "sqlite":  # SQLite stores such a line (PostgreSQL refuses it)
+        store(job, 3 * PROBE + 1, ["x\x00yz"])
+        assert found(job, "x\x00yz") == {3 * PROBE + 1}
+
+
 def test_sqlite_search_past_the_probe_goes_through_the_fts_index(job, small_probe):
     if connection.vendor != "sqlite":
         pytest.skip("SQLite's FTS5 path")

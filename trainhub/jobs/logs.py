@@ -195,8 +195,10 @@ def search_lines(job_id: int, query: str, after: int = -1, limit: int = 100, *, 
     asks the trigram index (jobs/0005) when they are rare. SQLite: the next ``PROBE`` lines in seq
     order first, then the FTS5 index (jobs/0006) for the rest; queries under 3 characters (no trigram)
     and databases without the index scan the job's lines."""
+    if "\x00" in query and connection.vendor == "postgresql":
+        return []  # PostgreSQL's text holds no NUL, and its driver refuses one in a parameter
     matching = _lines(job_id, rank, stream).filter(text__icontains=query)
-    if len(query) < 3 or not fts_ready():
+    if len(query) < 3 or "\x00" in query or not fts_ready():  # FTS5 refuses a NUL in its query
         rows = matching.filter(seq__gt=after).order_by("seq").values_list(*FIELDS)[:limit]
         return [Line(*row) for row in rows]
     rows = list(matching.filter(seq__gt=after, seq__lte=after + PROBE).order_by("seq").values_list(*FIELDS)[:limit])
