@@ -53,6 +53,8 @@ def append_lines(job_id: int, lines: list[Line] | list[tuple[int, int, str, str]
         with connection.cursor() as cursor:
             cursor.executemany(f"INSERT INTO {q(LogLine._meta.db_table)} ({columns}) VALUES (%s, %s, %s, %s, %s, %s) "
                                f"ON CONFLICT ({q('job_id')}, {q('seq')}) DO NOTHING", rows)
+        if connection.vendor == "sqlite":
+            fts_catch_up(FTS_CATCH_UP)  # the search index, in bulk (PostgreSQL's is kept by PostgreSQL)
         Job.objects.filter(pk=job_id, log_lines__lt=lines[-1][0] + 1).update(log_lines=lines[-1][0] + 1)
     publish_lines(job_id, lines)
 
@@ -110,16 +112,108 @@ def tail_lines(job_id: int, limit: int = 500, *, rank: int | None = None, stream
     return [Line(*row) for row in reversed(rows)]
 
 
+#: the SQLite FTS5 index of the lines' text (migration jobs/0006); PostgreSQL's is pg_trgm (jobs/0005)
+FTS_TABLE = "jobs_logline_fts"
+FTS_STATE = f"{FTS_TABLE}_state"  # indexed_to: the last line id the index holds
+#: lines waiting before the writer adds them to the SQLite index in one statement (~1–4 µs a line, where
+#: one at a time cost ~20: migration jobs/0006); search reads the lines past the index's mark directly
+FTS_CATCH_UP = 20_000
+#: lines read in seq order before the SQLite index is asked: a query that matches often is answered
+#: here, where the index would list its matches in every job's lines first
+PROBE = 10_000
+
+
+def fts_ready() -> bool:
+    """Whether this database is SQLite with the FTS5 log index and the triggers that keep it true."""
+    if connection.vendor != "sqlite":
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM sqlite_master WHERE (type = 'trigger' AND name IN (%s, %s)) "
+                       "OR (type = 'table' AND name = %s)", [f"{FTS_TABLE}_delete", f"{FTS_TABLE}_update", FTS_STATE])
+        return cursor.fetchone()[0] == 3
+
+
+def fts_catch_up(at_least: int = 1) -> int:
+    """Add the lines past the SQLite index's mark to it when ``at_least`` of them wait; returns how many.
+    Call it inside a transaction that has written (it then holds SQLite's write lock, so no other writer
+    moves the mark meanwhile)."""
+    if not fts_ready():
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT indexed_to, (SELECT coalesce(max(id), 0) FROM jobs_logline) FROM {FTS_STATE}")
+        done, last = cursor.fetchone()
+        if last < done:  # ids started again (``manage.py flush`` resets them): index what is there afresh
+            cursor.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')")
+            cursor.execute(f"UPDATE {FTS_STATE} SET indexed_to = %s", [last])
+            return last
+        if last - done < max(at_least, 1):
+            return 0
+        cursor.execute(f"INSERT INTO {FTS_TABLE}(rowid, text) SELECT id, text FROM jobs_logline "
+                       f"WHERE id > %s AND id <= %s", [done, last])
+        cursor.execute(f"UPDATE {FTS_STATE} SET indexed_to = %s", [last])
+    return last - done
+
+
+def _fts_query(text: str) -> str:
+    """An FTS5 query for lines holding every trigram of ``text`` (case-folded): a superset of the lines
+    containing ``text`` — Django's ``icontains`` on SQLite is then applied to them. (The index keeps no
+    positions, detail=none, so a phrase cannot be asked for.)"""
+    trigrams = dict.fromkeys(text[i:i + 3] for i in range(len(text) - 2))
+    return "(" + " AND ".join('"' + t.replace('"', '""') + '"' for t in trigrams) + ")"
+
+
+def _fts_lines(match: str, job_id: int, where: list[str], params: list, limit: int) -> list[tuple]:
+    """The first ``limit`` lines (seq, rank, stream, text) of ``job_id`` passing ``where``: among the
+    index's matches for ``match`` (``CROSS JOIN`` makes the index drive; SQLite otherwise walked the
+    job's lines and probed the match list for each), and among the lines past the index's mark."""
+    cond = " AND ".join(where)
+    columns = "l.seq, l.rank, l.stream, l.text"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT indexed_to FROM {FTS_STATE}")
+        mark = cursor.fetchone()[0]
+        # the unary + keeps SQLite on the id range (at most FTS_CATCH_UP lines or so), not the job's lines
+        cursor.execute(f"SELECT {columns} FROM jobs_logline AS l WHERE l.id > %s AND +l.job_id = %s AND {cond} "
+                       f"ORDER BY l.seq LIMIT %s", [mark, job_id, *params, limit])
+        late = cursor.fetchall()
+        cursor.execute(f"SELECT {columns} FROM {FTS_TABLE} CROSS JOIN jobs_logline AS l ON l.id = {FTS_TABLE}.rowid "
+                       f"WHERE {FTS_TABLE} MATCH %s AND l.job_id = %s AND {cond} ORDER BY l.seq LIMIT %s",
+                       [match, job_id, *params, limit])
+        indexed = cursor.fetchall()
+    return sorted({row[0]: row for row in indexed + late}.values())[:limit]  # the mark may move in between
+
+
+def _like(text: str) -> str:
+    """Django's ``icontains`` on SQLite: ``LIKE`` (ASCII case-insensitive) with %, _ and \\ escaped."""
+    return f"%{connection.ops.prep_for_like_query(text)}%"
+
+
 def search_lines(job_id: int, query: str, after: int = -1, limit: int = 100, *, rank: int | None = None,
                  stream: str | None = None) -> list[Line]:
-    """Lines containing ``query`` (case-insensitive) across the whole stored log, by seq."""
-    rows = (_lines(job_id, rank, stream).filter(seq__gt=after, text__icontains=query).order_by("seq")
-            .values_list(*FIELDS)[:limit])
+    """Lines containing ``query`` (case-insensitive) across the whole stored log, by seq.
+
+    PostgreSQL: one query; its planner walks the job's lines in seq order when matches are common and
+    asks the trigram index (jobs/0005) when they are rare. SQLite: the next ``PROBE`` lines in seq
+    order first, then the FTS5 index (jobs/0006) for the rest; queries under 3 characters (no trigram)
+    and databases without the index scan the job's lines."""
+    if "\x00" in query and connection.vendor == "postgresql":
+        return []  # PostgreSQL's text holds no NUL, and its driver refuses one in a parameter
+    matching = _lines(job_id, rank, stream).filter(text__icontains=query)
+    if len(query) < 3 or "\x00" in query or not fts_ready():  # FTS5 refuses a NUL in its query
+        rows = matching.filter(seq__gt=after).order_by("seq").values_list(*FIELDS)[:limit]
+        return [Line(*row) for row in rows]
+    rows = list(matching.filter(seq__gt=after, seq__lte=after + PROBE).order_by("seq").values_list(*FIELDS)[:limit])
+    if len(rows) < limit:
+        where, params = ["l.seq > %s", "l.text LIKE %s ESCAPE '\\'"], [after + PROBE, _like(query)]
+        for column, value in (("rank", rank), ("stream", stream or None)):
+            if value is not None:
+                where.append(f"l.{column} = %s")
+                params.append(value)
+        rows += _fts_lines(_fts_query(query), job_id, where, params, limit - len(rows))
     return [Line(*row) for row in rows]
 
 
-#: lines "first error" reads in seq order before it asks the search index (PostgreSQL)
-FIRST_ERROR_PROBE = 10_000
+#: lines "first error" reads in seq order before it asks the search index
+FIRST_ERROR_PROBE = PROBE
 
 
 def first_error(job_id: int) -> int | None:
@@ -128,17 +222,23 @@ def first_error(job_id: int) -> int | None:
     On PostgreSQL the planner answers ``ORDER BY seq LIMIT 1`` by walking the job's lines in order,
     hoping for an early match: for an error at 90 % of a 1,000,000-line log that read 900,000 rows
     (6 s, docs/BENCHMARKS.md "Log search"). So the first ``FIRST_ERROR_PROBE`` lines are read in
-    order (a log full of "error" answers there), and the rest is looked up through the trigram index
-    (migration jobs/0005), its matches materialized before the minimum is taken."""
+    order (a log full of "error" answers there), and the rest is looked up through the search index
+    (pg_trgm, migration jobs/0005; FTS5 on SQLite, jobs/0006), its matches materialized before the
+    minimum is taken."""
     match = Q()
     for marker in ERROR_MARKERS:
         match |= Q(text__icontains=marker)
     matches = LogLine.objects.filter(match, job_id=job_id)
-    if connection.vendor != "postgresql":
+    if connection.vendor == "sqlite" and not fts_ready():
         return matches.order_by("seq").values_list("seq", flat=True).first()
     first = matches.filter(seq__lt=FIRST_ERROR_PROBE).order_by("seq").values_list("seq", flat=True).first()
     if first is not None:
         return first
+    if connection.vendor == "sqlite":
+        fts_query = " OR ".join(_fts_query(marker) for marker in ERROR_MARKERS)
+        where = ["l.seq >= %s", "(" + " OR ".join(["l.text LIKE %s ESCAPE '\\'"] * len(ERROR_MARKERS)) + ")"]
+        first_lines = _fts_lines(fts_query, job_id, where, [FIRST_ERROR_PROBE, *map(_like, ERROR_MARKERS)], 1)
+        return first_lines[0][0] if first_lines else None
     sql, params = matches.filter(seq__gte=FIRST_ERROR_PROBE).values("seq").query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(f"WITH found AS MATERIALIZED ({sql}) SELECT min(seq) FROM found", params)

@@ -1,0 +1,200 @@
+"""Log search and "first error" through the search index (pg_trgm on PostgreSQL, FTS5 on SQLite):
+the same answers as a scan on both back ends, for awkward queries and for lines written, changed or
+cut after the index was built. Run on SQLite by default and with DATABASE_URL on PostgreSQL."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from trainhub.jobs import logs, retention
+from trainhub.jobs.models import Job, LogLine
+
+PROBE = 4  # lines read in order before the index is asked: past it, every answer below comes from the index
+
+TEXTS = [
+    "step 1 loss 0.5",
+    "RuntimeError: CUDA error: out of memory",
+    'he said "hello" to the "world"',
+    "it's O'Brien's turn",
+    "progress 100% done, 50%ok",
+    "snake_case_name and snakeXcaseXname",
+    r"path C:\temp\new and C:/temp",
+    "Größe 42 µs café naïve",
+    "NEAR(a b) AND x* OR -y ^z col:val {a} [b]",
+    "MiXeD CaSe LiNe",
+    "tabs\tand  two  spaces",
+]
+QUERIES = [
+    ("error", {1}),  # case: "Error" and "error" both
+    ("ERROR", {1}),
+    ("runtimeerror", {1}),
+    ('"hello"', {2}),  # double quotes (FTS5's phrase delimiter)
+    ('" to the "', {2}),
+    ("'s", {3}),  # a single quote, under 3 characters: the scan
+    ("O'Brien", {3}),
+    ("100%", {4}),  # % is a literal, not LIKE's wildcard
+    ("0%o", {4}),
+    ("%", {4}),
+    ("e_c", {5}),  # _ is a literal: "snakeXcase" must not match
+    ("_case_", {5}),
+    ("C:\\temp", {6}),  # a backslash, LIKE's escape character here
+    ("\\new", {6}),
+    ("größe", {7}),  # non-ASCII, same case (see docs/BENCHMARKS.md for case folding outside ASCII)
+    ("µs café", {7}),
+    ("NEAR(a b)", {8}),  # FTS5 query syntax is a literal
+    ("x* OR -y", {8}),
+    ("col:val", {8}),
+    ("{a} [b]", {8}),
+    ("mixed case", {9}),
+    ("e l", {9}),  # three characters: the smallest query the trigram index answers
+    ("s\ta", {10}),
+    ("  two  ", {10}),
+    ("nothing like this", set()),
+    ("ss", {0, 4}),  # two characters: the scan (and "ß" is not "ss")
+]
+
+
+@pytest.fixture
+def job(user, cpu_pool, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # publishing is best effort; the database is what counts here
+    logs.redis_client.cache_clear()
+    yield Job.objects.create(owner=user, name="search", mode="centralized", pool=cpu_pool, status="running", spec={})
+    logs.redis_client.cache_clear()
+
+
+@pytest.fixture
+def small_probe(monkeypatch):
+    """Past the first PROBE lines the index answers; on SQLite every stored batch is indexed at once."""
+    monkeypatch.setattr(logs, "PROBE", PROBE)
+    monkeypatch.setattr(logs, "FIRST_ERROR_PROBE", PROBE)
+    monkeypatch.setattr(logs, "FTS_CATCH_UP", 1)
+
+
+def store(job, first_seq: int, texts: list[str]) -> None:
+    logs.append_lines(job.pk, [(first_seq + i, i % 2, "o", text) for i, text in enumerate(texts)])
+
+
+def found(job, query: str, **kwargs) -> set[int]:
+    return {line.seq for line in logs.search_lines(job.pk, query, **kwargs)}
+
+
+def test_the_sqlite_index_is_in_place_after_migrating(db):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's FTS5 index; PostgreSQL's is pg_trgm (migration jobs/0005)")
+    assert logs.fts_ready(), "migration jobs/0006 left no FTS5 table or triggers on jobs_logline"
+
+
+@pytest.mark.parametrize(("query", "expected"), QUERIES, ids=[repr(q) for q, _ in QUERIES])
+def test_search_answers_awkward_queries_as_a_substring_match_on_both_back_ends(job, small_probe, query, expected):
+    filler = [f"filler {i}" for i in range(2 * PROBE)]  # the texts below lie past the probe: the index answers
+    store(job, 0, filler + TEXTS)
+    shift = len(filler)
+    want = {shift + i for i in expected}
+    assert all(query.lower() in TEXTS[i].lower() for i in expected)  # the expectation itself is a substring match
+    assert found(job, query) == want
+    assert found(job, query, after=shift - 1) == want  # a page starting right before them
+    other = Job.objects.create(owner=job.owner, name="other", mode="centralized", pool=job.pool, spec={})
+    store(other, 0, TEXTS)  # the same texts in another job are not this job's matches
+    assert found(job, query) == want
+
+
+def test_a_query_with_a_nul_character_is_answered_not_refused(job, small_probe, user_client):
+    store(job, 0, [f"filler {i}" for i in range(3 * PROBE)] + ["x yz"])
+    assert found(job, "x\x00yz") == set()
+    assert user_client.get(f"/jobs/{job.pk}/logs/search?q=x%00yz").status_code == 200
+    if connection.vendor == "sqlite":  # SQLite stores such a line (PostgreSQL refuses it)
+        store(job, 3 * PROBE + 1, ["x\x00yz"])
+        assert found(job, "x\x00yz") == {3 * PROBE + 1}
+
+
+def test_sqlite_search_past_the_probe_goes_through_the_fts_index(job, small_probe):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's FTS5 path")
+    store(job, 0, [f"filler {i}" for i in range(3 * PROBE)] + ["the needle"])
+    with CaptureQueriesContext(connection) as captured:
+        assert found(job, "NEEDLE") == {3 * PROBE}
+    assert any(" MATCH " in q["sql"] for q in captured.captured_queries)
+
+
+def test_search_stays_correct_for_lines_written_changed_and_cut_after_the_index_exists(job, small_probe):
+    store(job, 0, [f"filler {i}" for i in range(3 * PROBE)])
+    assert found(job, "late arrival") == set()
+    store(job, 3 * PROBE, ["a late arrival", "another LATE ARRIVAL", "rank filter"])
+    assert found(job, "late arrival") == {3 * PROBE, 3 * PROBE + 1}
+    assert found(job, "late arrival", rank=1) == {3 * PROBE + 1}
+    assert found(job, "late arrival", after=3 * PROBE) == {3 * PROBE + 1}
+    LogLine.objects.filter(job=job, seq=3 * PROBE).update(text="rewritten line")
+    assert found(job, "late arrival") == {3 * PROBE + 1}
+    assert found(job, "rewritten") == {3 * PROBE}
+    LogLine.objects.filter(job=job, seq=3 * PROBE + 1).delete()
+    assert found(job, "late arrival") == set()
+
+
+def test_sqlite_lines_not_yet_indexed_are_found_beside_indexed_ones_and_join_the_index_later(job, small_probe,
+                                                                                            monkeypatch):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's FTS5 index, filled in bulk")
+    store(job, 0, [f"filler {i}" for i in range(3 * PROBE)] + ["indexed needle"])
+    monkeypatch.setattr(logs, "FTS_CATCH_UP", 10_000)  # the writer leaves the next lines to a later catch-up
+    store(job, 3 * PROBE + 1, ["waiting needle", "waiting too"])
+    LogLine.objects.filter(job=job, seq=3 * PROBE + 2).update(text="another NEEDLE, changed before indexing")
+    assert found(job, "needle") == {3 * PROBE, 3 * PROBE + 1, 3 * PROBE + 2}
+    assert found(job, "needle", after=3 * PROBE) == {3 * PROBE + 1, 3 * PROBE + 2}
+    assert logs.search_lines(job.pk, "needle", limit=1)[0].seq == 3 * PROBE  # by seq across both
+    with transaction.atomic():
+        assert logs.fts_catch_up() == 2
+    LogLine.objects.filter(job=job, seq=3 * PROBE + 1).delete()
+    with CaptureQueriesContext(connection) as captured:
+        assert found(job, "needle") == {3 * PROBE, 3 * PROBE + 2}
+    assert any(" MATCH " in q["sql"] for q in captured.captured_queries)
+
+
+def test_sqlite_index_is_rebuilt_when_line_ids_start_again(job, small_probe):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's FTS5 index")
+    store(job, 0, [f"filler {i}" for i in range(3 * PROBE)])
+    with connection.cursor() as cursor:  # as after `manage.py flush`, which resets the ids below the mark
+        cursor.execute(f"UPDATE {logs.FTS_STATE} SET indexed_to = 1000000")
+    store(job, 3 * PROBE, ["after the reset"])
+    assert found(job, "after the reset") == {3 * PROBE}
+    assert found(job, "filler 1") == {1} | set(range(10, 3 * PROBE))
+
+
+def test_search_finds_no_line_that_retention_cut(job, small_probe):
+    store(job, 0, [f"line {i} keep" if i < 3 else f"line {i} cut me" for i in range(20)])
+    assert len(found(job, "cut me")) == 17
+    deleted = retention.enforce(job.pk, next_seq=20, limit=10)
+    kept = set(LogLine.objects.filter(job=job, text__contains="cut me").values_list("seq", flat=True))
+    assert deleted and found(job, "cut me") == kept
+
+
+def test_first_error_past_the_probe_comes_from_the_index_and_the_earliest_wins(job, small_probe):
+    store(job, 0, [f"step {i}" for i in range(3 * PROBE)])
+    assert logs.first_error(job.pk) is None
+    store(job, 3 * PROBE, ["fine", "Traceback (most recent call last):", "  File x", "ValueError: bad", "an EXCEPTION"])
+    assert logs.first_error(job.pk) == 3 * PROBE + 1
+    LogLine.objects.filter(job=job, seq=3 * PROBE - 1).update(text="an exception was ignored")
+    assert logs.first_error(job.pk) == 3 * PROBE - 1
+    LogLine.objects.filter(job=job, seq=2).update(text="errors: 0")  # inside the probe
+    assert logs.first_error(job.pk) == 2
+
+
+def test_the_sqlite_index_is_filled_with_the_lines_stored_before_it(job, small_probe):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's FTS5 index")
+    migration = importlib.import_module("trainhub.jobs.migrations.0006_logline_fts_sqlite")
+    with connection.cursor() as cursor:
+        for statement in migration.DROP:
+            cursor.execute(statement)
+        assert not logs.fts_ready()
+        store(job, 0, [f"filler {i}" for i in range(3 * PROBE)] + ["stored before the index"])
+        assert found(job, "before the index") == {3 * PROBE}  # no index: the scan
+        for statement in migration.SQL:
+            cursor.execute(statement)
+    assert logs.fts_ready()
+    with CaptureQueriesContext(connection) as captured:
+        assert found(job, "before the index") == {3 * PROBE}
+    assert any(" MATCH " in q["sql"] for q in captured.captured_queries)
