@@ -50,7 +50,8 @@ def slurm_conf(root: Path, socket_path: Path, ports: dict[str, int]) -> str:
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "MpiDefault=none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
         "SchedulerType=sched/backfill", "SchedulerParameters=sched_interval=1",
-        "ReturnToService=2", "MinJobAge=600", "KillWait=5", "InactiveLimit=0",
+        # 1, as on most clusters: a node an operator set DOWN stays down (with its reason) until resumed
+        "ReturnToService=1", "MinJobAge=600", "KillWait=5", "InactiveLimit=0",
         "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
         "GresTypes=gpu", "SlurmdTimeout=60", "SlurmctldTimeout=60", "MessageTimeout=20",
         "PropagateResourceLimitsExcept=ALL",

@@ -43,6 +43,8 @@ class SlurmState:
     exit_code: int | None = None  # from ExitCode=N:S — N, or -S when killed by a signal
     nodes: str = ""  # the allocation, e.g. n[1-2]
     cancelled_by: str = ""  # sacct's "CANCELLED by UID", when accounting is on
+    partition: str = ""  # the partition the job runs or waits in
+    failed_nodes: str = ""  # for NODE_FAIL: which nodes went down and why, e.g. "n2 (disk on fire)"
 
     @property
     def final(self) -> bool:
@@ -61,7 +63,8 @@ class SlurmState:
         if self.state == "OUT_OF_MEMORY":
             return "out of memory: Slurm killed the job (ask for fewer processes or a node with more memory)"
         if self.state == "NODE_FAIL":
-            return f"node failure: a node of the allocation ({self.nodes}) failed"
+            which = self.failed_nodes or f"a node of the allocation {self.nodes}"
+            return f"node failure: {which} went down; Slurm ended the job on every node of {self.nodes}"
         if self.state == "CANCELLED":
             who = f" by {self.cancelled_by}" if self.cancelled_by else ""
             return f"cancelled outside TrainHub{who} (scancel)"
@@ -113,7 +116,9 @@ def job_state(job_id: str, env: dict[str, str]) -> SlurmState | None:
         return _sacct_state(job_id, env)
     state = fields.get("JobState", "UNKNOWN")
     out = SlurmState(state, fields.get("Reason", ""), parse_exit(fields.get("ExitCode", "")),
-                     fields.get("NodeList", "").replace("(null)", ""))
+                     fields.get("NodeList", "").replace("(null)", ""), partition=fields.get("Partition", ""))
+    if state == "NODE_FAIL":
+        return dataclasses.replace(out, failed_nodes=failed_nodes(out.nodes, env))
     if state == "CANCELLED":  # who did it is known to accounting only
         acct = _sacct_state(job_id, env)
         if acct and acct.cancelled_by:
@@ -143,6 +148,35 @@ def _user(uid: str) -> str:
         return pwd.getpwuid(int(uid)).pw_name
     except KeyError:
         return f"uid {uid}"
+
+
+def failed_nodes(nodelist: str, env: dict[str, str]) -> str:
+    """Which nodes of ``nodelist`` are down, drained or failing now, with the reason an operator or
+    slurmctld gave (``n2 (disk on fire)``); "" when none is (or sinfo cannot say)."""
+    if not nodelist:
+        return ""
+    try:
+        out = run(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N|%t|%E"], env)
+    except SlurmError:
+        return ""
+    down = []
+    for line in out.splitlines():
+        name, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        if state.rstrip("*~#!%$@^-").startswith(("down", "drain", "fail")) and name not in (n for n, _ in down):
+            down.append((name, reason.strip() if reason.strip() not in ("", "none") else state))
+    return ", ".join(f"{name} ({reason})" for name, reason in down)
+
+
+def queue_position(job_id: str, partition: str, env: dict[str, str]) -> int | None:
+    """The job's place among the partition's pending jobs in Slurm's priority order (1 = next),
+    as ``squeue --sort=-p,i`` lists them; None when it is not pending there (or squeue cannot say)."""
+    argv = ["squeue", "-h", "-t", "PD", "-o", "%i", "--sort=-p,i"] + ([f"--partition={partition}"] if partition else [])
+    try:
+        ids = run(argv, env).split()
+    except SlurmError:
+        return None
+    return ids.index(job_id) + 1 if job_id in ids else None
 
 
 def time_left(job_id: str, env: dict[str, str]) -> int | None:
