@@ -10,9 +10,12 @@ from __future__ import annotations
 import dataclasses
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 
 TIMEOUT_SECONDS = 20
+#: sacct knows a cancel a moment after scontrol does: asked this many times, this far apart
+ACCOUNTING_TRIES, ACCOUNTING_WAIT_SECONDS = 10, 0.5
 #: Slurm's job states that end a job, and what each means for TrainHub
 FINAL = {"COMPLETED", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "CANCELLED", "PREEMPTED", "BOOT_FAIL",
          "DEADLINE", "REVOKED", "SPECIAL_EXIT", "VANISHED"}
@@ -66,8 +69,9 @@ class SlurmState:
             which = self.failed_nodes or f"a node of the allocation {self.nodes}"
             return f"node failure: {which} went down; Slurm ended the job on every node of {self.nodes}"
         if self.state == "CANCELLED":
-            who = f" by {self.cancelled_by}" if self.cancelled_by else ""
-            return f"cancelled outside TrainHub{who} (scancel)"
+            if self.cancelled_by:
+                return f"cancelled in Slurm by {self.cancelled_by}, outside TrainHub (scancel)"
+            return "cancelled outside TrainHub (scancel; who did it only Slurm's accounting, sacct, would say)"
         if self.state == "PREEMPTED":
             return "preempted by Slurm"
         if self.state == VANISHED:
@@ -120,13 +124,19 @@ def job_state(job_id: str, env: dict[str, str]) -> SlurmState | None:
     if state == "NODE_FAIL":
         return dataclasses.replace(out, failed_nodes=failed_nodes(out.nodes, env))
     if state == "CANCELLED":  # who did it is known to accounting only
-        acct = _sacct_state(job_id, env)
+        for _ in range(ACCOUNTING_TRIES):
+            acct = _sacct_state(job_id, env, unknown=SlurmState("UNKNOWN"))
+            if acct is None or acct.state == "CANCELLED":
+                break
+            # slurmctld sends the job's end to slurmdbd a moment after it ends: ask again
+            time.sleep(ACCOUNTING_WAIT_SECONDS)
         if acct and acct.cancelled_by:
             return dataclasses.replace(out, cancelled_by=acct.cancelled_by)
     return out
 
 
-def _sacct_state(job_id: str, env: dict[str, str]) -> SlurmState | None:
+def _sacct_state(job_id: str, env: dict[str, str], unknown: SlurmState | None = None) -> SlurmState | None:
+    """The job's row in accounting; None when there is no accounting, ``unknown`` when it has no row."""
     try:
         out = run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode,Reason,NodeList"], env)
     except SlurmError:  # accounting off (accounting_storage/none) or slurmdbd down
@@ -136,7 +146,7 @@ def _sacct_state(job_id: str, env: dict[str, str]) -> SlurmState | None:
         if len(parts) >= 4:
             state, _, by = parts[0].partition(" by ")
             return SlurmState(state.strip(), parts[2], parse_exit(parts[1]), parts[3], _user(by.strip()))
-    return None
+    return unknown
 
 
 def _user(uid: str) -> str:
