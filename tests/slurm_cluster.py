@@ -69,7 +69,7 @@ def accounting_missing() -> str | None:
 
 
 def slurm_conf(root: Path, socket_path: Path, ports: dict[str, int]) -> str:
-    accounting = ([f"AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
+    accounting = (["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
                    f"AccountingStoragePort={ports['dbd']}",
                    # for slurmdbd, not a password: the munge socket its connections authenticate through
                    f"AccountingStoragePass={socket_path}"] if "dbd" in ports

@@ -75,7 +75,8 @@ class SlurmExecution(executor.Execution):
             SlurmRun.objects.update_or_create(job_id=self.job.pk, defaults={
                 "attempt": self.job.attempt, "slurm_job_id": self.handle.job_id, "stream_token": self.job.lease_token,
                 "nodes": self.spec.resources.nodes, "cursor": {}, "cursor_seq": 0, "prev_cursor": {},
-                "state": "PENDING", "pending_reason": "", "pending_position": None, "nodelist": "", "updated_at": timezone.now()})
+                "state": "PENDING", "pending_reason": "", "pending_position": None, "nodelist": "",
+                "updated_at": timezone.now()})
         except Exception:  # a Slurm job no worker could ever follow again must not run on
             self.handle.close(0)
             raise
