@@ -73,6 +73,10 @@ def test_a_pending_job_shows_slurms_reason_and_queue_place_then_runs_and_a_cance
     (tmp_path / "fill.sh").write_text("#!/bin/bash\nsleep 600\n")
     filler = cluster.run("sbatch", "--parsable", "--nodes=2", "--exclusive", f"--output={tmp_path}/fill.out",
                          str(tmp_path / "fill.sh")).strip()
+    # running before ours is submitted: a job of the previous test may still be completing on a node,
+    # and a filler still pending would stand first in the queue
+    wait_for(lambda: cluster.run("squeue", "-h", "-j", filler, "-o", "%T").strip() == "RUNNING", timeout=60,
+             message="the filler to run")
     job_id = submit(user_client, LONG)
     wait_for(lambda: "waiting in Slurm's queue" in log_text(job_id), timeout=60, message="Slurm's reason")
     assert "Resources" in log_text(job_id) or "Priority" in log_text(job_id)
