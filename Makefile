@@ -26,8 +26,8 @@ run: $(STAMP)
 
 # What the tests need from the system: Chromium (browser tests), bubblewrap (the job sandbox),
 # Slurm and munge (a real two-node cluster for the Slurm backend's tests, tests/slurm_cluster.py).
-SYSTEM_PACKAGES := chromium chromium-driver bubblewrap slurm-wlm munge
-SYSTEM_COMMANDS := chromium bwrap sbatch slurmctld slurmd munged
+SYSTEM_PACKAGES := chromium chromium-driver bubblewrap slurm-wlm slurmdbd munge
+SYSTEM_COMMANDS := chromium bwrap sbatch slurmctld slurmd slurmdbd munged
 
 system-packages:
 	@( for c in $(SYSTEM_COMMANDS); do command -v $$c >/dev/null || exit 1; done ) || \

@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
+
 NODES = ("n1", "n2")
 CPUS_PER_NODE = 2
 GPUS_PER_NODE = 2
@@ -37,7 +39,41 @@ def missing() -> str | None:
     return None
 
 
+def slurmdbd_conf(root: Path, socket_path: Path, port: int, database: str) -> str:
+    """slurmdbd against the MariaDB/MySQL of ``TRAINHUB_TEST_MYSQL`` (default 127.0.0.1:3306, root,
+    no password), in a database of its own that ``stop()`` drops."""
+    host, _, db_port = mysql_address()
+    return "\n".join([
+        "AuthType=auth/munge", f"AuthInfo=socket={socket_path}", "DbdHost=localhost", f"DbdPort={port}",
+        "SlurmUser=root", f"PidFile={root}/slurmdbd.pid", f"LogFile={root}/slurmdbd.log", "DebugLevel=info",
+        "StorageType=accounting_storage/mysql", f"StorageHost={host}", f"StoragePort={db_port}",
+        "StorageUser=root", f"StorageLoc={database}",
+    ]) + "\n"
+
+
+def mysql_address() -> tuple[str, str, str]:
+    host, _, port = os.environ.get("TRAINHUB_TEST_MYSQL", "127.0.0.1:3306").partition(":")
+    return host, ":", port or "3306"
+
+
+def accounting_missing() -> str | None:
+    """Why this cluster runs without accounting (sacct), or None."""
+    if shutil.which("slurmdbd") is None or shutil.which("sacct") is None:
+        return "slurmdbd is not installed (apt-get install slurmdbd)"
+    host, _, port = mysql_address()
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+    except OSError:
+        return f"no MariaDB/MySQL answers at {host}:{port} (TRAINHUB_TEST_MYSQL)"
+    return None
+
+
 def slurm_conf(root: Path, socket_path: Path, ports: dict[str, int]) -> str:
+    accounting = (["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
+                   f"AccountingStoragePort={ports['dbd']}",
+                   # for slurmdbd, not a password: the munge socket its connections authenticate through
+                   f"AccountingStoragePass={socket_path}"] if "dbd" in ports
+                  else ["AccountingStorageType=accounting_storage/none"])
     lines = [
         "ClusterName=trainhubtest",
         f"SlurmctldHost={socket.gethostname()}(127.0.0.1)",
@@ -50,8 +86,9 @@ def slurm_conf(root: Path, socket_path: Path, ports: dict[str, int]) -> str:
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "MpiDefault=none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
         "SchedulerType=sched/backfill", "SchedulerParameters=sched_interval=1",
-        "ReturnToService=2", "MinJobAge=600", "KillWait=5", "InactiveLimit=0",
-        "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
+        # 1, as on most clusters: a node an operator set DOWN stays down (with its reason) until resumed
+        "ReturnToService=1", "MinJobAge=600", "KillWait=5", "InactiveLimit=0",
+        "JobAcctGatherType=jobacct_gather/none", *accounting,
         "GresTypes=gpu", "SlurmdTimeout=60", "SlurmctldTimeout=60", "MessageTimeout=20",
         "PropagateResourceLimitsExcept=ALL",
         # a job of the higher-tier partition `urgent` preempts (cancels) jobs of `debug` in its way
@@ -76,12 +113,15 @@ def gres_conf(root: Path) -> str:
 
 
 class Cluster:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, accounting: bool = False):
         self.root = root
         self.conf = root / "slurm.conf"
         self.socket = root / "munge" / "munge.socket"
         self.procs: list[subprocess.Popen] = []
         self.ports = {"ctld": free_port(), **{n: free_port() for n in NODES}}
+        self.database = f"slurm_acct_{os.getpid()}_{free_port()}" if accounting else ""
+        if accounting:
+            self.ports["dbd"] = free_port()
 
     @property
     def env(self) -> dict[str, str]:
@@ -93,6 +133,14 @@ class Cluster:
         self.conf.write_text(slurm_conf(self.root, self.socket, self.ports), encoding="utf-8")
         (self.root / "gres.conf").write_text(gres_conf(self.root), encoding="utf-8")
         self._start_munge()
+        if self.database:
+            dbd_conf = self.root / "slurmdbd.conf"
+            dbd_conf.write_text(slurmdbd_conf(self.root, self.socket, self.ports["dbd"], self.database), encoding="utf-8")
+            dbd_conf.chmod(0o600)  # slurmdbd refuses a config others can read (it may hold a password)
+            self._spawn(["slurmdbd", "-D"])  # reads slurmdbd.conf beside SLURM_CONF
+            self._wait(self._dbd_up, 60, f"slurmdbd did not start: {self.logs()}")
+            # the cluster's row, before slurmctld asks for it (it would only log an error and retry)
+            self.run("sacctmgr", "-i", "add", "cluster", "trainhubtest")
         self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)])
         for name in NODES:
             self._spawn(["slurmd", "-D", "-N", name, "-f", str(self.conf)])
@@ -114,6 +162,13 @@ class Cluster:
         self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                            start_new_session=True))
         log.close()
+
+    def _dbd_up(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.ports["dbd"]), timeout=1).close()
+            return True
+        except OSError:
+            return False
 
     def run(self, *argv: str, check: bool = True, timeout: float = 30) -> str:
         done = subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -146,8 +201,24 @@ class Cluster:
                 raise RuntimeError(message)
             time.sleep(0.3)
 
+    def step_daemons(self) -> list[psutil.Process]:
+        """This cluster's ``slurmstepd``s alive on this host (other sessions' clusters have their own)."""
+        mine = []
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            try:
+                if proc.info["name"] == "slurmstepd" and proc.environ().get("SLURM_CONF") == str(self.conf):
+                    mine.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return mine
+
     def stop(self) -> None:
-        self.run("scancel", "--full", "--user=root", check=False)  # job steps die with their jobs
+        try:
+            self.run("scancel", "--full", "--user=root", check=False, timeout=10)  # job steps die with their jobs
+            # a slurmd stopped while its steps end leaves their slurmstepd behind for good
+            self._wait(lambda: not self.run("squeue", "-h", check=False, timeout=10).strip(), 15, "")
+        except (RuntimeError, subprocess.TimeoutExpired):
+            pass
         for proc in reversed(self.procs):  # slurmd before slurmctld before munged
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -157,3 +228,10 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
+        for step in self.step_daemons():  # one its slurmd could not end any more
+            step.kill()
+        client = shutil.which("mariadb") or shutil.which("mysql")
+        if self.database and client:  # its accounting database (left behind it is only disk)
+            host, _, port = mysql_address()
+            subprocess.run([client, "-h", host, "-P", port, "-u", "root", "-e", f"DROP DATABASE IF EXISTS {self.database}"],
+                           capture_output=True, timeout=30)

@@ -10,9 +10,12 @@ from __future__ import annotations
 import dataclasses
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 
 TIMEOUT_SECONDS = 20
+#: sacct knows a cancel a moment after scontrol does: asked this many times, this far apart
+ACCOUNTING_TRIES, ACCOUNTING_WAIT_SECONDS = 10, 0.5
 #: Slurm's job states that end a job, and what each means for TrainHub
 FINAL = {"COMPLETED", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "CANCELLED", "PREEMPTED", "BOOT_FAIL",
          "DEADLINE", "REVOKED", "SPECIAL_EXIT", "VANISHED"}
@@ -43,6 +46,8 @@ class SlurmState:
     exit_code: int | None = None  # from ExitCode=N:S — N, or -S when killed by a signal
     nodes: str = ""  # the allocation, e.g. n[1-2]
     cancelled_by: str = ""  # sacct's "CANCELLED by UID", when accounting is on
+    partition: str = ""  # the partition the job runs or waits in
+    failed_nodes: str = ""  # for NODE_FAIL: which nodes went down and why, e.g. "n2 (disk on fire)"
 
     @property
     def final(self) -> bool:
@@ -61,10 +66,12 @@ class SlurmState:
         if self.state == "OUT_OF_MEMORY":
             return "out of memory: Slurm killed the job (ask for fewer processes or a node with more memory)"
         if self.state == "NODE_FAIL":
-            return f"node failure: a node of the allocation ({self.nodes}) failed"
+            which = self.failed_nodes or f"a node of the allocation {self.nodes}"
+            return f"node failure: {which} went down; Slurm ended the job on every node of {self.nodes}"
         if self.state == "CANCELLED":
-            who = f" by {self.cancelled_by}" if self.cancelled_by else ""
-            return f"cancelled outside TrainHub{who} (scancel)"
+            if self.cancelled_by:
+                return f"cancelled in Slurm by {self.cancelled_by}, outside TrainHub (scancel)"
+            return "cancelled outside TrainHub (scancel; who did it only Slurm's accounting, sacct, would say)"
         if self.state == "PREEMPTED":
             return "preempted by Slurm"
         if self.state == VANISHED:
@@ -113,15 +120,23 @@ def job_state(job_id: str, env: dict[str, str]) -> SlurmState | None:
         return _sacct_state(job_id, env)
     state = fields.get("JobState", "UNKNOWN")
     out = SlurmState(state, fields.get("Reason", ""), parse_exit(fields.get("ExitCode", "")),
-                     fields.get("NodeList", "").replace("(null)", ""))
+                     fields.get("NodeList", "").replace("(null)", ""), partition=fields.get("Partition", ""))
+    if state == "NODE_FAIL":
+        return dataclasses.replace(out, failed_nodes=failed_nodes(out.nodes, env))
     if state == "CANCELLED":  # who did it is known to accounting only
-        acct = _sacct_state(job_id, env)
+        for _ in range(ACCOUNTING_TRIES):
+            acct = _sacct_state(job_id, env, unknown=SlurmState("UNKNOWN"))
+            if acct is None or acct.state == "CANCELLED":
+                break
+            # slurmctld sends the job's end to slurmdbd a moment after it ends: ask again
+            time.sleep(ACCOUNTING_WAIT_SECONDS)
         if acct and acct.cancelled_by:
             return dataclasses.replace(out, cancelled_by=acct.cancelled_by)
     return out
 
 
-def _sacct_state(job_id: str, env: dict[str, str]) -> SlurmState | None:
+def _sacct_state(job_id: str, env: dict[str, str], unknown: SlurmState | None = None) -> SlurmState | None:
+    """The job's row in accounting; None when there is no accounting, ``unknown`` when it has no row."""
     try:
         out = run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode,Reason,NodeList"], env)
     except SlurmError:  # accounting off (accounting_storage/none) or slurmdbd down
@@ -131,7 +146,7 @@ def _sacct_state(job_id: str, env: dict[str, str]) -> SlurmState | None:
         if len(parts) >= 4:
             state, _, by = parts[0].partition(" by ")
             return SlurmState(state.strip(), parts[2], parse_exit(parts[1]), parts[3], _user(by.strip()))
-    return None
+    return unknown
 
 
 def _user(uid: str) -> str:
@@ -143,6 +158,35 @@ def _user(uid: str) -> str:
         return pwd.getpwuid(int(uid)).pw_name
     except KeyError:
         return f"uid {uid}"
+
+
+def failed_nodes(nodelist: str, env: dict[str, str]) -> str:
+    """Which nodes of ``nodelist`` are down, drained or failing now, with the reason an operator or
+    slurmctld gave (``n2 (disk on fire)``); "" when none is (or sinfo cannot say)."""
+    if not nodelist:
+        return ""
+    try:
+        out = run(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N|%t|%E"], env)
+    except SlurmError:
+        return ""
+    down = []
+    for line in out.splitlines():
+        name, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        if state.rstrip("*~#!%$@^-").startswith(("down", "drain", "fail")) and name not in (n for n, _ in down):
+            down.append((name, reason.strip() if reason.strip() not in ("", "none") else state))
+    return ", ".join(f"{name} ({reason})" for name, reason in down)
+
+
+def queue_position(job_id: str, partition: str, env: dict[str, str]) -> int | None:
+    """The job's place among the partition's pending jobs in Slurm's priority order (1 = next),
+    as ``squeue --sort=-p,i`` lists them; None when it is not pending there (or squeue cannot say)."""
+    argv = ["squeue", "-h", "-t", "PD", "-o", "%i", "--sort=-p,i"] + ([f"--partition={partition}"] if partition else [])
+    try:
+        ids = run(argv, env).split()
+    except SlurmError:
+        return None
+    return ids.index(job_id) + 1 if job_id in ids else None
 
 
 def time_left(job_id: str, env: dict[str, str]) -> int | None:

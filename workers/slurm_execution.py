@@ -7,7 +7,9 @@ What differs from a local run:
 - the torchrun rendezvous of a multi-node job comes from the allocation (placeholders the
   node launcher fills in), and Slurm, not this worker, chooses the GPUs;
 - while Slurm keeps the job pending, its reason (Priority, Resources …) goes into the job's
-  log whenever it changes, and the wait counts neither for the timeout nor for the watchdog;
+  log whenever it changes, its reason and its place in the partition's queue onto its
+  ``SlurmRun`` row (the pages' waiting reason), and the wait counts neither for the timeout nor
+  for the watchdog;
 - the outcome says what Slurm says: time limit, out of memory, node failure, cancelled by
   an operator (a failure, with who when accounting knows), preempted (a failure, so it is
   retried from its checkpoint within ``max_restarts``).
@@ -26,7 +28,7 @@ from trainhub.jobs.models import Job, Status
 from trainhub.runs import slurm_adopt
 from trainhub.runs.lifecycle import DB_ERRORS, Outcome
 from trainhub.runs.models import SlurmRun
-from workers import executor, process
+from workers import executor, process, slurm_cli
 from workers.backends.slurm import SlurmBackend, SlurmHandle, SlurmOptions
 from workers.slurm_node import NODE_RANK, RDZV_HOST
 
@@ -59,6 +61,7 @@ class SlurmExecution(executor.Execution):
                                   "rdzv_id": f"job{job.pk}-{job.attempt}"}
         self.backend = SlurmBackend(options_for(job, self.spec, settings.TRAINHUB_GRACE_SECONDS))
         self.waiting = ""  # Slurm's last pending reason put in the log
+        self.position: int | None = None  # and the job's last place in the partition's queue
         self.waited = 0.0  # seconds spent pending, which no limit counts
         self.running_since: float | None = None
         self.next_reason = 0.0
@@ -72,7 +75,8 @@ class SlurmExecution(executor.Execution):
             SlurmRun.objects.update_or_create(job_id=self.job.pk, defaults={
                 "attempt": self.job.attempt, "slurm_job_id": self.handle.job_id, "stream_token": self.job.lease_token,
                 "nodes": self.spec.resources.nodes, "cursor": {}, "cursor_seq": 0, "prev_cursor": {},
-                "state": "PENDING", "pending_reason": "", "nodelist": "", "updated_at": timezone.now()})
+                "state": "PENDING", "pending_reason": "", "pending_position": None, "nodelist": "",
+                "updated_at": timezone.now()})
         except Exception:  # a Slurm job no worker could ever follow again must not run on
             self.handle.close(0)
             raise
@@ -106,20 +110,23 @@ class SlurmExecution(executor.Execution):
             self.waited += elapsed
             self.log.activity = now  # waiting in Slurm's queue is not a hang
             reason = state.reason if state.reason not in ("", "None") else state.state
+            position = slurm_cli.queue_position(self.handle.job_id, state.partition, self.handle.env)
             if reason != self.waiting:
-                self.waiting = reason
                 self.system(f"waiting in Slurm's queue ({self.handle.describe()}): {reason}")
-                self._record(state.state, reason, "")
+            if (reason, position) != (self.waiting, self.position):
+                self.waiting, self.position = reason, position
+                self._record(state.state, reason, "", position)
         elif state.state == "RUNNING" and self.running_since is None:
             self.running_since = now
             self.system(f"running as {self.handle.describe()}")
-            self._record(state.state, "", self.handle.describe().partition(" on ")[2])
+            self._record(state.state, "", self.handle.describe().partition(" on ")[2], None)
 
-    def _record(self, state: str, reason: str, nodelist: str) -> None:
+    def _record(self, state: str, reason: str, nodelist: str, position: int | None) -> None:
         """What Slurm says, on the job's SlurmRun row for its pages (best effort: shown, not relied on)."""
         try:
             SlurmRun.objects.filter(job_id=self.job.pk, attempt=self.job.attempt).update(
-                state=state, pending_reason=reason[:100], nodelist=nodelist[:300], updated_at=timezone.now())
+                state=state, pending_reason=reason[:100], pending_position=position, nodelist=nodelist[:300],
+                updated_at=timezone.now())
         except DB_ERRORS as exc:
             self.outage.failed(exc)
 
@@ -160,7 +167,7 @@ class AdoptedExecution(SlurmExecution):
         env = {k: v for k, v in os.environ.items() if k not in process.SECRETS}
         self.handle = SlurmHandle.attach(opts, followed.slurm_job_id, self.job.pk, cursor, env)
         self.recorded = cursor
-        self.waiting = followed.pending_reason
+        self.waiting, self.position = followed.pending_reason, followed.pending_position
         if followed.state == "RUNNING":
             self.running_since = time.monotonic()  # its "running as" line is in the log already
         self.system(f"worker {self.job.worker.hostname if self.job.worker else '?'} follows slurm job "

@@ -104,3 +104,20 @@ def test_the_list_gives_each_queued_job_the_same_reason_as_its_own_page(user_cli
     assert len(listed) == 5
     assert listed == {j.pk: j.waiting_reason for j in Job.objects.filter(pk__in=listed)}
     assert sorted(listed.values())[0] == "#1 in the queue of pool cpu"
+
+
+def test_a_claimed_job_its_backend_still_holds_has_one_waiting_reason_everywhere(user_client, api, cpu_pool,
+                                                                                 monkeypatch):
+    Worker.objects.create(hostname="w@test", pool=cpu_pool, threads=1)
+    held = lambda job: "pending in Slurm (Resources), #2 in partition debug" if job.status == "running" else ""  # noqa: E731
+    monkeypatch.setitem(waiting.BACKEND_REASONS, "local", held)
+    created = api.post("/api/jobs", TINY)
+    Job.objects.get(pk=created["id"]).transition("running")  # claimed: TrainHub's queue is behind it
+    reason = "pending in Slurm (Resources), #2 in partition debug"
+    assert api.get(f"/api/jobs/{created['id']}")["waiting_reason"] == reason
+    assert api.get(f"/api/jobs/{created['id']}/logs")["waiting_reason"] == reason
+    assert f"<b>Waiting:</b> {reason}" in user_client.get(f"/jobs/{created['id']}").content.decode()
+    assert {j.pk: j.list_reason for j in user_client.get("/").context["jobs"]} == {created["id"]: reason}
+    monkeypatch.setitem(waiting.BACKEND_REASONS, "local", lambda job: "")  # its processes started
+    assert api.get(f"/api/jobs/{created['id']}")["waiting_reason"] == ""
+    assert 'id="waiting-reason"' not in user_client.get(f"/jobs/{created['id']}").content.decode()

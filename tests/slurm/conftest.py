@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tests.slurm_cluster import Cluster, missing
+from tests.slurm_cluster import Cluster, accounting_missing, missing
 
 
 @pytest.fixture(scope="session")
@@ -15,8 +15,12 @@ def slurm_cluster_handle(tmp_path_factory):
         if os.environ.get("CI") == "true":
             pytest.fail(f"Slurm tests cannot run: {why}")
         pytest.skip(f"Slurm tests skipped: {why}")
+    # Accounting (slurmdbd on the local MariaDB) lets sacct say who cancelled a job; required in CI
+    no_accounting = accounting_missing()
+    if no_accounting and os.environ.get("CI") == "true":
+        pytest.fail(f"the Slurm test cluster needs accounting in CI: {no_accounting}")
     # a short path: slurmd's and munged's socket paths must fit in sun_path (108 bytes)
-    cluster = Cluster(tmp_path_factory.mktemp("slurm", numbered=True))
+    cluster = Cluster(tmp_path_factory.mktemp("slurm", numbered=True), accounting=no_accounting is None)
     try:
         cluster.start()
         yield cluster
@@ -28,6 +32,13 @@ def slurm_cluster_handle(tmp_path_factory):
 def slurm_cluster(slurm_cluster_handle) -> str:
     """The running cluster's SLURM_CONF."""
     return str(slurm_cluster_handle.conf)
+
+
+def operator_cancel_reason(cluster: Cluster) -> str:
+    """How a job scancel'ed as root outside TrainHub ends: who did it, when accounting can say."""
+    if cluster.database:
+        return "cancelled in Slurm by root, outside TrainHub (scancel)"
+    return "cancelled outside TrainHub (scancel; who did it only Slurm's accounting, sacct, would say)"
 
 
 @pytest.fixture(autouse=True)

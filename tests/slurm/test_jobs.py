@@ -6,6 +6,7 @@ import subprocess
 
 import psutil
 import pytest
+from django.utils.html import escape
 
 from tests.cli.conftest import token, trainhub, web_server  # noqa: F401 (fixtures: the CLI against a live server)
 from tests.conftest import wait_for
@@ -66,34 +67,43 @@ def test_a_two_node_ddp_job_runs_across_both_nodes(slurm_worker, user_client):
     assert {0, 1} <= ranks
 
 
-def test_a_pending_job_shows_slurms_reason_then_runs_and_a_cancel_leaves_no_process(
+def test_a_pending_job_shows_slurms_reason_and_queue_place_then_runs_and_a_cancel_leaves_no_process(
         slurm_worker, user_client, slurm_cluster_handle, live_settings, tmp_path, trainhub):
     cluster = slurm_cluster_handle
     (tmp_path / "fill.sh").write_text("#!/bin/bash\nsleep 600\n")
     filler = cluster.run("sbatch", "--parsable", "--nodes=2", "--exclusive", f"--output={tmp_path}/fill.out",
                          str(tmp_path / "fill.sh")).strip()
+    # running before ours is submitted: a job of the previous test may still be completing on a node,
+    # and a filler still pending would stand first in the queue
+    wait_for(lambda: cluster.run("squeue", "-h", "-j", filler, "-o", "%T").strip() == "RUNNING", timeout=60,
+             message="the filler to run")
     job_id = submit(user_client, LONG)
     wait_for(lambda: "waiting in Slurm's queue" in log_text(job_id), timeout=60, message="Slurm's reason")
     assert "Resources" in log_text(job_id) or "Priority" in log_text(job_id)
     assert Job.objects.get(pk=job_id).status == "running"  # claimed; Slurm holds it
-    reason = user_client.get(f"/api/jobs/{job_id}").json()["slurm_pending_reason"]
-    assert reason in ("Resources", "Priority")
-    shown = f"waiting in Slurm: {reason}"
-    assert shown in user_client.get(f"/jobs/{job_id}").content.decode()  # the job page
-    assert shown in user_client.get("/").content.decode()  # the job list
-    assert user_client.get(f"/api/jobs/{job_id}/logs").json()["slurm_pending_reason"] == reason  # --follow reads it
+    other = submit(user_client, {**LONG, "name": "cancelled while pending"})  # behind it in Slurm's queue
+    api = wait_for(lambda: (page := user_client.get(f"/api/jobs/{other}").json())["slurm_queue_position"] and page,
+                   timeout=60, message="the second job's place in Slurm's queue")
+    assert api["slurm_queue_position"] == 2 and api["slurm_pending_reason"] in ("Resources", "Priority")
+    assert api["waiting_reason"] == f"pending in Slurm ({api['slurm_pending_reason']}), #2 in partition debug's queue"
+    first = user_client.get(f"/api/jobs/{job_id}").json()
+    reason = first["slurm_pending_reason"]
+    shown = f"pending in Slurm ({reason}), #1 in partition debug's queue"
+    assert first["waiting_reason"] == shown and first["slurm_queue_position"] == 1  # one reason; the alias kept
+    assert f"<b>Waiting:</b> {escape(shown)}" in user_client.get(f"/jobs/{job_id}").content.decode()  # the job page
+    assert escape(shown) in user_client.get("/").content.decode()  # the job list
+    assert user_client.get(f"/api/jobs/{job_id}/logs").json()["waiting_reason"] == shown  # --follow reads it
     cli = trainhub("status", str(job_id))
     assert f"running ({shown})" in cli.stdout, cli.stdout + cli.stderr
-    other = submit(user_client, {**LONG, "name": "cancelled while pending"})  # cancelled while Slurm holds it
-    wait_for(lambda: "waiting in Slurm's queue" in log_text(other), timeout=60, message="the second job to wait")
-    assert user_client.post(f"/api/jobs/{other}/cancel").status_code in (200, 202)
+    assert user_client.post(f"/api/jobs/{other}/cancel").status_code in (200, 202)  # cancelled while Slurm holds it
     assert wait_for(lambda: final(other), timeout=30, message="the pending cancel").status == "cancelled"
     assert cluster.run("squeue", "-h", "-n", f"trainhub-{other}-cancelled_while_pending").strip() == ""
     assert leftovers(live_settings, other) == []
     cluster.run("scancel", filler)
     wait_for(lambda: "running as slurm job" in log_text(job_id), timeout=60, message="the job to run")
-    assert user_client.get(f"/api/jobs/{job_id}").json()["slurm_pending_reason"] == ""
-    assert "class=\"slurm-wait\"" not in user_client.get(f"/jobs/{job_id}").content.decode()
+    page = user_client.get(f"/api/jobs/{job_id}").json()
+    assert (page["waiting_reason"], page["slurm_pending_reason"], page["slurm_queue_position"]) == ("", "", None)
+    assert 'id="waiting-reason"' not in user_client.get(f"/jobs/{job_id}").content.decode()
     wait_for(lambda: "epoch" in log_text(job_id) or "step" in log_text(job_id), timeout=120, message="training")
     assert user_client.post(f"/api/jobs/{job_id}/cancel").status_code in (200, 202)
     assert wait_for(lambda: final(job_id), timeout=90, message="the cancel").status == "cancelled"
@@ -112,4 +122,4 @@ def test_a_slurm_job_cancelled_outside_trainhub_is_recorded(slurm_worker, user_c
     slurm_id = log_text(job_id).split("running as slurm job ", 1)[1].split()[0]
     subprocess.run(["scancel", slurm_id], env={**os.environ, "SLURM_CONF": slurm_cluster}, check=True)
     job = wait_for(lambda: final(job_id), timeout=90, message="the scancel to be noticed")
-    assert job.status == "failed" and "cancelled outside TrainHub" in job.error
+    assert job.status == "failed" and "outside TrainHub" in job.error

@@ -21,13 +21,19 @@ class JobOut(Schema):
     step: int
     total_steps: int
     progress: float | None
-    waiting_reason: str = ""  # why a queued job has not started ("" once it has)
+    waiting_reason: str = ""  # why a job has not started: queued, or claimed and held by Slurm ("" once it runs)
     spec: dict[str, Any]
-    slurm_pending_reason: str = ""  # Slurm's reason while it holds the job pending (Resources, Priority …)
+    # Slurm's bare reason and queue place while it holds the job pending (waiting_reason says both)
+    slurm_pending_reason: str = ""
+    slurm_queue_position: int | None = None
 
     @staticmethod
     def resolve_slurm_pending_reason(job) -> str:
         return job.slurm_waiting
+
+    @staticmethod
+    def resolve_slurm_queue_position(job) -> int | None:
+        return job.slurm_queue_position
 
     @staticmethod
     def resolve_pool(job) -> str:
@@ -85,7 +91,7 @@ class LogPage(Schema):
     step: int
     total_steps: int
     waiting_reason: str = ""
-    slurm_pending_reason: str = ""
+    slurm_pending_reason: str = ""  # kept for older clients: waiting_reason says it whole
 
 
 class MetricPoint(Schema):

@@ -170,9 +170,9 @@ def status(job_id, as_json):
     if as_json:
         click.echo(json.dumps(job, indent=2))
         return
-    waiting = job.get("slurm_pending_reason")
+    waiting = job.get("waiting_reason")
     rows = [("job", f"{job['id']} {job['name']}"),
-            ("status", job["status"] + (f" (waiting in Slurm: {waiting})" if waiting else "")), ("mode", job["mode"]),
+            ("status", job["status"] + (f" ({waiting})" if waiting else "")), ("mode", job["mode"]),
             ("pool", job["pool"]), ("owner", job["owner"]), ("attempt", str(job["attempt"])),
             ("progress", f"{_progress(job)} (step {job['step']}/{job['total_steps']})" if job["total_steps"] else ""),
             ("submitted", _when(job["created_at"])), ("started", _when(job["started_at"])),

@@ -35,14 +35,14 @@ def follow(client: Client, job_id: int, console: Console, after: int = -1, inter
             print_lines(progress.console, lines, ranks)
             after = page["next_after"]
             status = page["job_status"]
-            reason = page.get("waiting_reason", "") if status == "queued" else ""
+            reason = page.get("waiting_reason", "")  # queued, or claimed and held by Slurm
             if reason and reason != said:
                 # stderr, beside the summary: stdout stays the job's own log
                 Console(stderr=True).print(f"job {job_id} waits: {reason}", style="yellow", markup=False,
                                            highlight=False)
             said = reason
-            waiting = page.get("slurm_pending_reason")
-            progress.update(task, status=f"{status} (waiting in Slurm: {waiting})" if waiting else status, completed=page["step"], total=page["total_steps"] or None)
+            progress.update(task, status=f"{status} ({reason})" if reason and status == "running" else status,
+                            completed=page["step"], total=page["total_steps"] or None)
             if status in FINAL_EXIT and not lines:
                 break
             if len(lines) < 1000:

@@ -141,15 +141,24 @@ class Job(models.Model):
 
     @property
     def waiting_reason(self) -> str:
-        """Why this job is still queued, as one sentence ("" when it is not queued)."""
-        return WAITING["job"](self) if self.status == Status.QUEUED else ""
+        """Why this job is still queued, or claimed but held by its backend (Slurm keeps it
+        pending), as one sentence; "" otherwise."""
+        return WAITING["job"](self) if self.status in (Status.QUEUED, Status.RUNNING) else ""
 
     @property
     def slurm_waiting(self) -> str:
-        """Slurm's reason while it holds this job pending (``trainhub.jobs.slurm_wait``), else ""."""
+        """Slurm's bare reason while it holds this job pending (``trainhub.jobs.slurm_wait``), else ""
+        (the API's ``slurm_pending_reason``; pages show ``waiting_reason``, which says it whole)."""
         from trainhub.jobs.slurm_wait import slurm_wait_reason
 
         return slurm_wait_reason(self)
+
+    @property
+    def slurm_queue_position(self) -> int | None:
+        """While Slurm holds this job pending: its place in the partition's queue (1 = next)."""
+        from trainhub.jobs.slurm_wait import slurm_queue_position
+
+        return slurm_queue_position(self)
 
     @property
     def progress(self) -> float | None:

@@ -8,6 +8,8 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         from trainhub.jobs import models
-        from trainhub.runs.waiting import pool_warning, waiting_reason, waiting_reasons
+        from trainhub.jobs.slurm_wait import slurm_held_reason
+        from trainhub.runs.waiting import BACKEND_REASONS, pool_warning, waiting_reason, waiting_reasons
 
         models.WAITING.update(job=waiting_reason, pool=pool_warning, jobs=waiting_reasons)
+        BACKEND_REASONS["slurm"] = slurm_held_reason

@@ -75,6 +75,8 @@ class SlurmRun(models.Model):
     state = models.CharField(max_length=24, blank=True, help_text="Slurm's JobState, e.g. PENDING, RUNNING")
     pending_reason = models.CharField(max_length=100, blank=True,
                                       help_text="Slurm's Reason while the job is pending (Priority, Resources, QOS…)")
+    pending_position = models.PositiveIntegerField(
+        null=True, blank=True, help_text="while pending: its place among the partition's pending jobs (1 = next)")
     nodelist = models.CharField(max_length=300, blank=True, help_text="the allocation's nodes, e.g. n1,n2")
     updated_at = models.DateTimeField(default=timezone.now)
 

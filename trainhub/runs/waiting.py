@@ -1,4 +1,4 @@
-"""Why a queued job has not started: one sentence a person can act on.
+"""Why a job has not started: one sentence a person can act on.
 
 The claim (``scheduling.claim_next``) answers "which job fits this worker now"; this answers the
 question from the job's side, with the same facts in the same order the claim checks them: the
@@ -7,9 +7,11 @@ any worker could ever hold the job (GPUs on one host, nodes), free GPUs and slot
 otherwise the estimated place in the queue. Shown on the job page (live), in the job list, by
 the API (``waiting_reason``) and by ``trainhub submit --follow``.
 
-A backend that knows better (Slurm's own pending reason from ``squeue``) registers a function
-in ``BACKEND_REASONS``: it is asked once the pool is enabled and has online workers, and a
-non-empty answer wins over the generic ones below.
+A backend that knows better (Slurm's own pending reason and queue place) registers a function
+in ``BACKEND_REASONS``. It is asked for a queued job once the pool is enabled and has online
+workers (a non-empty answer wins over the generic ones below), and it alone answers for a
+*running* job: claimed by TrainHub but still held by the backend (Slurm keeps it pending). So a
+job has one waiting reason, whichever scheduler holds it.
 """
 from __future__ import annotations
 
@@ -44,8 +46,16 @@ def pool_warning(pool: WorkerPool) -> str:
     return ""
 
 
+def held_reason(job: Job) -> str:
+    """Why a claimed (running) job's processes have not started: its backend's answer, or ""."""
+    backend = BACKEND_REASONS.get(job.pool.backend)
+    return backend(job) if backend else ""
+
+
 def waiting_reason(job: Job) -> str:
-    """Why ``job`` is still queued ("" once it is not queued)."""
+    """Why ``job`` is still queued, or claimed but held by its backend ("" otherwise)."""
+    if job.status == Status.RUNNING:
+        return held_reason(job)
     if job.status != Status.QUEUED:
         return ""
     pool = job.pool
@@ -83,14 +93,16 @@ def waiting_reason(job: Job) -> str:
 
 
 def waiting_reasons(jobs: list[Job]) -> dict[int, str]:
-    """``waiting_reason`` for a page of jobs in a fixed number of queries (the job list).
+    """``waiting_reason`` for a page of jobs in a fixed number of queries (the job list; its
+    Slurm rows come with the jobs, ``select_related("slurm_run")``).
 
     The pool's state, its online workers, a backend's reason, the owner's running cap and the
     estimated queue place (the same estimate as ``Job.queue_position``); the GPU-fit reasons need
     each worker's leases and are left to the job's own page."""
+    reasons = {j.pk: said for j in jobs if j.status == Status.RUNNING and (said := held_reason(j))}
     queued = [j for j in jobs if j.status == Status.QUEUED]
     if not queued:
-        return {}
+        return reasons
     pool_ids = {j.pool_id for j in queued}
     since = timezone.now() - offline_after()
     online = dict(Worker.objects.filter(pool_id__in=pool_ids, last_heartbeat__gte=since).values("pool_id")
@@ -104,7 +116,6 @@ def waiting_reasons(jobs: list[Job]) -> dict[int, str]:
             waiting.setdefault((pool_id, owner_id), []).append((-priority, pk))
         else:
             running[pool_id, owner_id] = running.get((pool_id, owner_id), 0) + 1
-    reasons = {}
     for job in queued:
         pool = job.pool
         if pool.state != WorkerPool.State.ENABLED or not online.get(pool.pk):
