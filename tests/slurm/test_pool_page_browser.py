@@ -7,9 +7,10 @@ import re
 
 import pytest
 
-from tests.asgi_server import AsgiServer, server_env, session_cookie
-from tests.conftest import database_url, free_port, wait_for
-from tests.e2e.browser import BROWSER_MARKS, CHROMIUM
+from tests.asgi_server import serving
+from tests.conftest import wait_for
+from tests.e2e.browser import BROWSER_MARKS
+from tests.e2e.pages import browser_pages
 from tests.e2e.test_browser import shot
 from tests.slurm.test_jobs import LONG, log_text, slurm_pool, submit  # noqa: F401 (fixture)
 from trainhub.jobs.models import LogLine
@@ -25,23 +26,12 @@ def staff_client(client, django_user_model):
 
 @pytest.fixture
 def page(live_settings, staff_client, tmp_path, monkeypatch):
-    from playwright.sync_api import sync_playwright
-
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop here
-    env = {**server_env(database_url(), live_settings.REDIS_URL), "TRAINHUB_RUNS_DIR": str(live_settings.TRAINHUB_RUNS_DIR)}
-    web = AsgiServer(free_port(), env, tmp_path / "uvicorn.log").start()
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
-            context = browser.new_context(viewport={"width": 1280, "height": 800})
-            context.add_cookies([{"name": k, "value": v, "url": web.url} for k, v in session_cookie(staff_client).items()])
-            page = context.new_page()
-            page.set_default_timeout(20_000)
-            page.base = web.url
-            yield page
-            browser.close()
-    finally:
-        web.stop()
+    with serving(live_settings, tmp_path / "uvicorn.log") as web, browser_pages(web, staff_client) as new_page:
+        page = new_page()
+        page.set_default_timeout(20_000)
+        page.base = web.url
+        yield page
 
 
 def test_the_slurm_pool_page_shows_the_nodes_their_gpus_and_which_job_runs_where(
