@@ -8,6 +8,7 @@ both nodes idle; ``stop()`` ends every daemon it started, and the jobs with them
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -76,6 +77,10 @@ def slurm_conf(root: Path, socket_path: Path, ports: dict[str, int]) -> str:
                   else ["AccountingStorageType=accounting_storage/none"])
     lines = [
         "ClusterName=trainhubtest",
+        # job ids from a random start: a job's rendezvous port is derived from its id
+        # (workers/slurm_node.rendezvous_port), and two test clusters on one host (two pytest runs)
+        # that both counted from 1 gave their 2-node jobs the same ports
+        f"FirstJobId={random.randrange(1, 19000)}",
         f"SlurmctldHost={socket.gethostname()}(127.0.0.1)",
         f"SlurmctldPort={ports['ctld']}",
         "SlurmUser=root", "SlurmdUser=root",

@@ -61,6 +61,7 @@ def prepare(job: Job, spec: JobSpec, run_dir: Path, *, config_name: str, launch_
             "TRAINHUB_GRACE_SECONDS": str(settings.TRAINHUB_GRACE_SECONDS)}),  # the guard's and the runner's grace
         cwd=launch.cwd(spec, run_dir, workspace_dir), run_dir=run_dir, job_id=job.pk, attempt=job.attempt,
         node_rank=launch_kwargs.get("node_rank", 0), sandbox=job.pool.sandbox,
+        first_rank=launch_kwargs.get("node_rank", 0) * spec.resources.procs_per_node,
         network=job.pool.sandbox_network or launch_kwargs.get("nnodes", 1) > 1,  # a gang's rendezvous
         read_only=((workspace_dir,) if workspace_dir else ()) + places)
 

@@ -35,7 +35,7 @@ def run_node(job: Job, *, launch_kwargs: dict, env_extra: dict[str, str], backen
     with open(run_dir / "logs" / f"node{rank}.out", "a", encoding="utf-8") as out:
         def forward() -> None:
             for stream, items in handle.lines():
-                out.write("".join(f"[rank{r or sender.first_rank}]: {text}\n" for r, text in items))
+                out.write("".join(f"[rank{r}]: {text}\n" for r, text in items))
                 sender.add(stream, items)
             out.flush()
             sender.flush()

@@ -49,8 +49,10 @@ class Sender:
         if room < len(items):
             self.dropped += len(items) - max(room, 0)
             items = items[:max(room, 0)]
-        # global rank 0 runs on node 0, so rank 0 here means a line without a [rankN] prefix
-        self.buffer.extend([[rank or self.first_rank, stream, text] for rank, text in items])
+        # a line without torchrun's [rankN] prefix already carries the node's first rank (the backend's
+        # RunRequest.first_rank); a [rank0] line keeps its 0 even on another node (c10d's rendezvous
+        # does not give node 0 the group's first ranks)
+        self.buffer.extend([[rank, stream, text] for rank, text in items])
 
     def flush(self) -> bool:
         """Send what is buffered; False while Redis is unreachable (the lines stay buffered and

@@ -16,17 +16,17 @@ PARTIAL_SECONDS = 1.0  # how often an unfinished progress-bar line shows its lat
 Line = tuple[int, str]
 
 
-def finish(raw: bytes, dropped: int = 0) -> Line:
+def finish(raw: bytes, dropped: int = 0, rank: int = 0) -> Line:
     """One complete line: its rank (torchrun's ``[rankN]:`` prefix) and its text.
 
     A progress bar that rewrote the line with ``\\r`` keeps only its latest state; a line
     longer than ``MAX_LINE`` characters is cut with a marker saying how much was dropped.
+    A line without the prefix (torchrun's own, or a one-process job's) keeps ``rank``.
     """
-    return finish_text(raw.decode("utf-8", "replace"), dropped)
+    return finish_text(raw.decode("utf-8", "replace"), dropped, rank)
 
 
-def finish_text(text: str, dropped: int = 0) -> Line:
-    rank = 0
+def finish_text(text: str, dropped: int = 0, rank: int = 0) -> Line:
     match = launch.RANK_LINE.match(text)
     if match:
         rank, text = int(match.group(1)), text[match.end():]
@@ -44,9 +44,12 @@ def finish_text(text: str, dropped: int = 0) -> Line:
 
 class LineSplitter:
     """The state of one pipe between chunks: ``feed`` chunks, ask for ``partial`` lines now
-    and then (with the current monotonic time), and ``close`` at the end of the stream."""
+    and then (with the current monotonic time), and ``close`` at the end of the stream.
+    ``rank``: the rank of a line without torchrun's prefix — a node's first rank (a rank-0 line
+    of a node whose first rank is not 0 keeps its 0: the prefix and its absence differ)."""
 
-    def __init__(self):
+    def __init__(self, rank: int = 0):
+        self.rank = rank
         self.buf = b""
         self.dropped = 0  # bytes of an over-long line thrown away so far
         self.shown: Line | None = None  # the partial state last emitted for the current line
@@ -61,7 +64,7 @@ class LineSplitter:
                 self.dropped += len(chunk)
                 return out
             self.dropped += end
-            out.append(finish(self.buf, self.dropped))
+            out.append(finish(self.buf, self.dropped, self.rank))
             self.buf, self.dropped, self.shown, chunk = b"", 0, None, chunk[end + 1:]
         data = self.buf + chunk
         end = data.rfind(b"\n")
@@ -79,15 +82,15 @@ class LineSplitter:
         out: list[Line] = []
         texts = head.decode("utf-8", "replace").split("\n")
         if self.shown is not None:
-            line = finish_text(texts.pop(0))
+            line = finish_text(texts.pop(0), rank=self.rank)
             if line != self.shown:  # else this final state was already shown as a partial line
                 out.append(line)
             self.shown = None
         plain = all(len(t) <= MAX_LINE for t in texts) if len(head) > MAX_LINE else True
         if plain and b"\r" not in head and b"[rank" not in head:
-            out.extend([(0, t) for t in texts])  # the common case, at a fraction of the cost
+            out.extend([(self.rank, t) for t in texts])  # the common case, at a fraction of the cost
         else:
-            out.extend([finish_text(t) for t in texts])
+            out.extend([finish_text(t, rank=self.rank) for t in texts])
         return out
 
     def _bound(self) -> None:
@@ -109,7 +112,7 @@ class LineSplitter:
             self.since = now  # a bar that finishes within PARTIAL_SECONDS stays one line
         if now - max(self.since, self.shown_at) < PARTIAL_SECONDS:
             return []
-        line = finish(self.buf)
+        line = finish(self.buf, rank=self.rank)
         if not line[1] or line == self.shown:
             return []
         self.shown, self.shown_at = line, now
@@ -121,5 +124,5 @@ class LineSplitter:
         """What is left at the end of the stream: a last line without newline, if any."""
         if not self.buf and not self.dropped:
             return []
-        line = finish(self.buf, self.dropped)
+        line = finish(self.buf, self.dropped, self.rank)
         return [] if line == self.shown else [line]

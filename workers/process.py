@@ -79,10 +79,11 @@ class GuardedProcess:
         return self.popen.wait()
 
 
-def pump(pipe, stream: str, out: OutputQueue) -> None:
-    """Read one pipe in chunks; put ``(stream, [(rank, text), ...])`` on ``out``."""
+def pump(pipe, stream: str, out: OutputQueue, rank: int = 0) -> None:
+    """Read one pipe in chunks; put ``(stream, [(rank, text), ...])`` on ``out`` (``rank``: that of
+    a line without torchrun's ``[rankN]:`` prefix)."""
     fd = pipe.fileno()
-    splitter = LineSplitter()
+    splitter = LineSplitter(rank)
     while True:
         ready, _, _ = select.select([fd], [], [], PARTIAL_SECONDS / 2)
         lines = []
@@ -103,9 +104,9 @@ def pump(pipe, stream: str, out: OutputQueue) -> None:
     pipe.close()
 
 
-def pump_output(popen: Popen, out: OutputQueue) -> list[threading.Thread]:
+def pump_output(popen: Popen, out: OutputQueue, rank: int = 0) -> list[threading.Thread]:
     """A reader thread per pipe of ``popen`` (stdout as "o", stderr as "e"), putting lines on ``out``."""
-    readers = [threading.Thread(target=pump, args=(pipe, stream, out), daemon=True)
+    readers = [threading.Thread(target=pump, args=(pipe, stream, out, rank), daemon=True)
                for pipe, stream in ((popen.stdout, "o"), (popen.stderr, "e"))]
     for reader in readers:
         reader.start()

@@ -76,7 +76,8 @@ def main(args: list[str]) -> int:
     log_dir = Path(opts.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     handle = LocalBackend().start(RunRequest(argv=argv, env=env, cwd=os.getcwd(), run_dir=log_dir.parent,
-                                             job_id=opts.job, attempt=0, node_rank=node))
+                                             job_id=opts.job, attempt=0, node_rank=node,
+                                             first_rank=node * opts.procs_per_node))
     grace = float(os.environ.get("TRAINHUB_GRACE_SECONDS", "15"))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -85,7 +86,7 @@ def main(args: list[str]) -> int:
     with open(log_dir / f"node{node}.out", "a", encoding="utf-8") as out:
         def forward() -> None:
             for stream, items in handle.lines():
-                out.write("".join(f"[rank{r or sender.first_rank}]: {text}\n" for r, text in items))
+                out.write("".join(f"[rank{r}]: {text}\n" for r, text in items))
                 sender.add(stream, items)
             out.flush()
             sender.flush()

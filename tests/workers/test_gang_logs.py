@@ -22,11 +22,12 @@ def test_lines_arrive_in_order_with_their_ranks_and_streams(redis_settings):
     sender = gang_logs.Sender(7, 3, node_rank=1, first_rank=2)
     receiver = gang_logs.Receiver(7, 3, nnodes=2)
     sender.add("o", [(2, "epoch 0"), (3, "epoch 0")])
-    sender.add("e", [(0, "torchrun agent warning")])  # no [rankN] prefix: the node's first rank
+    # c10d's rendezvous may give this node the group's first ranks: its [rank0] lines stay rank 0
+    sender.add("o", [(0, "rank 0/4 ready")])
     sender.add("o", [(3, f"line {i}") for i in range(450)])  # more than one stream entry
     assert sender.flush()
     got = lines_of(receiver)
-    assert got[:3] == [(2, "o", "epoch 0"), (3, "o", "epoch 0"), (2, "e", "torchrun agent warning")]
+    assert got[:3] == [(2, "o", "epoch 0"), (3, "o", "epoch 0"), (0, "o", "rank 0/4 ready")]
     assert [text for _, _, text in got[3:]] == [f"line {i}" for i in range(450)]
     assert not receiver.done
     sender.close()

@@ -22,6 +22,14 @@ def test_a_rank_prefix_becomes_the_lines_rank():
     assert split(b"[rank3]: hello\nplain\n") == [(3, "hello"), (0, "plain")]
 
 
+def test_on_a_node_whose_first_rank_is_2_an_unprefixed_line_is_rank_2_and_a_rank0_line_stays_rank_0():
+    # a multi-node job: torchrun's own lines have no prefix and belong to the node's first rank, but
+    # c10d's rendezvous may give this node global rank 0, whose lines must not be relabelled
+    splitter = LineSplitter(rank=2)
+    lines = splitter.feed(b"[rank0]: epoch 1 loss 0.5\nnode warning\n[rank1]: x\r[rank1]: y\n") + splitter.close()
+    assert lines == [(0, "epoch 1 loss 0.5"), (2, "node warning"), (1, "y")]
+
+
 def test_a_progress_bar_rewritten_with_carriage_returns_keeps_only_its_final_state():
     assert split(b"10%\r20%", b"\r30%\n", b"done\n") == [(0, "30%"), (0, "done")]
 

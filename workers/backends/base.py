@@ -74,6 +74,8 @@ class RunRequest:
     job_id: int
     attempt: int
     node_rank: int = 0
+    #: the rank of a line without torchrun's ``[rankN]:`` prefix: this node's first rank
+    first_rank: int = 0
     #: the pool's ``sandbox`` (``workers.sandbox``: required | off); None: no pool decided, run as before
     sandbox: str | None = None
     network: bool = False  # the sandbox keeps the host's network (the pool allows it, or a gang's rendezvous)

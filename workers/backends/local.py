@@ -27,8 +27,8 @@ class LocalHandle:
         self.process = process.GuardedProcess(argv, env=run.env, cwd=run.cwd, sandboxed=sandboxed)
         self._out = OutputQueue()
         if run.sandbox == sandbox.OFF:
-            self._out.put(("e", [(0, UNSANDBOXED)]))
-        self._readers: list[threading.Thread] = process.pump_output(self.process.popen, self._out)
+            self._out.put(("e", [(run.first_rank, UNSANDBOXED)]))
+        self._readers: list[threading.Thread] = process.pump_output(self.process.popen, self._out, run.first_rank)
 
     def poll(self) -> int | None:
         return self.process.poll()
