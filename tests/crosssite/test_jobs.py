@@ -90,10 +90,6 @@ def metric_values(job, name) -> list[float]:
     return list(Metric.objects.filter(job=job, name=name).order_by("step").values_list("value", flat=True))
 
 
-@pytest.mark.xfail(reason="known defect (#14, open): a site restarted while its peer trains on heals and "
-                          "rejoins (its outer step jumps to the peer's), but at the end its weights can differ "
-                          "slightly from the peer's (its last sync is off by one outer step); the sync alignment "
-                          "after a heal is not fixed yet", strict=False)
 def test_a_killed_site_is_restarted_heals_from_its_peer_and_both_end_with_identical_weights(
         site_workers, user, live_settings):
     # timeout 10 s: a sync the dead site was in fails within 10 s and the lighthouse stops waiting
