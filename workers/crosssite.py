@@ -30,7 +30,7 @@ from trainhub.runs.lifecycle import Outcome
 from trainhub.runs.models import GangMember
 from workers import backends, executor, gang_logs
 from workers.events import EventReader
-from workers.gang import LeaderExecution
+from workers.gang import LeaderExecution, follow_node
 from workers.logwriter import DbOutage
 
 log = logging.getLogger(__name__)
@@ -198,30 +198,8 @@ def _run_node(job: Job, place: int, site: int, node: int, kwargs: dict, env: dic
     say(f"attempt {job.attempt}: node {node} of site {pool} starting {' '.join(request.argv)}")
     handle = SiteHandle(backends.get("local"), request, spec.max_restarts, say, _tagger(spec, site))
     events = EventReader(job.pk, run_dir, DbOutage(job.pk), prefix=f"{pool}/") if node == 0 else None
-    owned = Job.objects.filter(pk=job.pk, lease_token=job.lease_token, status=Status.RUNNING)
-    stopped, next_check = False, time.monotonic()
-    with open(run_dir / "logs" / f"site-node{node}.out", "a", encoding="utf-8") as out:
-        def forward() -> None:
-            for stream, items in handle.lines():
-                out.write("".join(f"[rank{r}]: {text}\n" for r, text in items))
-                sender.add(stream, items)
-            out.flush()
-            sender.flush()
-
-        while handle.poll() is None:
-            time.sleep(executor.BATCH_SECONDS if not stopped else 0.1)
-            forward()
-            if stopped or time.monotonic() < next_check:
-                continue
-            next_check = time.monotonic() + executor.EVENTS_SECONDS
-            if events is not None:
-                events.pump()
-            if executor.SHUTDOWN.is_set() or not owned.exists():
-                stopped = True
-                handle.cancel(settings.TRAINHUB_GRACE_SECONDS)
-        code = handle.poll()
-        handle.close(executor.READERS_SECONDS)
-        forward()
+    code, stopped = follow_node(job, handle, sender, run_dir / "logs" / f"site-node{node}.out",
+                                check_seconds=executor.EVENTS_SECONDS, on_check=events.pump if events else None)
     if events is not None:
         events.pump()
     sender.close()
