@@ -40,6 +40,8 @@ def test_a_lost_site_shows_its_restart_countdown_then_healed_once_it_synced_agai
     mark = Metric.objects.latest("pk").pk
     b.update(site_state="running", restart_at=None, metric_mark=mark)
     assert "restarted, rejoining at the next sync" in panel(user_client, job)
+    logs.record_metrics(job.pk, 70, {"cloud-b/sync_outer_step": 7, "cloud-b/sync_participants": 1})
+    assert "restarted, syncing alone (no peer to heal from)" in panel(user_client, job)
     logs.record_metrics(job.pk, 80, {"cloud-b/sync_outer_step": 8, "cloud-b/sync_participants": 2})
     cloud_b = panel(user_client, job).split('<tr data-pool="cloud-b"')[1]
     assert "healed" in cloud_b and ">8<" in cloud_b

@@ -63,10 +63,12 @@ def site_rows(job: Job) -> list[dict]:
         state = min((m.site_state for m in mine), key=WORST.index, default="")
         restart_at = max((m.restart_at for m in mine if m.restart_at), default=None)
         mark = max((m.metric_mark for m in mine), default=0)
-        outer = latest.get(prefix + "sync_outer_step")
+        outer, peers = latest.get(prefix + "sync_outer_step"), latest.get(prefix + "sync_participants")
+        # healed: a sync with a peer since it started again (alone, it had no one to heal from)
+        synced = outer is not None and outer.pk > mark
         rows.append({
             "pool": site.pool, "state": _state(job, state, restart_at, max((m.restarts for m in mine), default=0),
-                                               healed=outer is not None and outer.pk > mark),
+                                               synced=synced, healed=synced and peers is not None and peers.value > 1),
             "restarts": max((m.restarts for m in mine), default=0), "max_restarts": spec.max_restarts,
             "outer_step": _value(latest, prefix + "sync_outer_step"),
             "participants": _value(latest, prefix + "sync_participants"),
@@ -82,7 +84,7 @@ def _value(latest: dict, name: str):
     return None if metric is None else metric.value
 
 
-def _state(job: Job, state: str, restart_at, restarts: int, healed: bool) -> str:
+def _state(job: Job, state: str, restart_at, restarts: int, synced: bool, healed: bool) -> str:
     if state == "failed":
         return "failed for good"
     if state == "lost":
@@ -96,6 +98,8 @@ def _state(job: Job, state: str, restart_at, restarts: int, healed: bool) -> str
         if not job.is_active:
             return "stopped"
         if restarts:
-            return "healed" if healed else "restarted, rejoining at the next sync"
+            if healed:
+                return "healed"
+            return "restarted, syncing alone (no peer to heal from)" if synced else "restarted, rejoining at the next sync"
         return "running"
     return "waiting for its worker" if job.is_active else "did not start"
