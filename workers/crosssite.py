@@ -19,18 +19,22 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
+from django.db import DatabaseError
+from django.db.models import Max
+from django.utils import timezone
 
 from trainhub.jobs import rundir
-from trainhub.jobs.models import Job, Status
+from trainhub.jobs.models import Job, Metric, Status
 from trainhub.runs import crosssite
 from trainhub.runs.lifecycle import Outcome
 from trainhub.runs.models import GangMember
 from workers import backends, executor, gang_logs
 from workers.events import EventReader
-from workers.gang import LeaderExecution
+from workers.gang import LeaderExecution, follow_node
 from workers.logwriter import DbOutage
 
 log = logging.getLogger(__name__)
@@ -74,9 +78,11 @@ class Lighthouse:
 class SiteHandle:
     """A site's processes, started again when they fail (up to ``restarts`` times) unless cancelled."""
 
-    def __init__(self, backend, request: backends.RunRequest, restarts: int, say, tag):
+    def __init__(self, backend, request: backends.RunRequest, restarts: int, say, tag, record=None):
         self.backend, self.request, self.left, self.say, self.tag = backend, request, restarts, say, tag
+        self.record = record or (lambda **state: None)  # the site's state for the job page (``SiteState``)
         self.inner = backend.start(request)
+        self.record(site_state="running")
         self.cancelled = False
         self.pending: list = []
         self.restarts = 0
@@ -91,8 +97,11 @@ class SiteHandle:
                 return None
             self.restart_at = None
             self.inner = self.backend.start(self.request)
+            self.record(site_state="running", restart_at=None, restarted=True)
             return None
         code = self.inner.poll()
+        if code is not None and not self.cancelled and (code == 0 or self.left <= 0):
+            self.record(site_state="finished" if code == 0 else "failed")
         if code in (None, 0) or self.cancelled or self.left <= 0:
             return code
         self.inner.close(executor.READERS_SECONDS)
@@ -103,6 +112,7 @@ class SiteHandle:
         self.say(f"site lost: {executor.describe_exit(code)}; starting it again in {delay:g} s "
                  f"(restart {self.restarts}), it rejoins at the next sync")
         self.lost_code, self.restart_at = code, time.monotonic() + delay
+        self.record(site_state="lost", restarts=self.restarts, restart_at=timezone.now() + timedelta(seconds=delay))
         return None
 
     def cancel(self, grace: float) -> None:
@@ -119,6 +129,24 @@ class SiteHandle:
 
     def describe(self) -> str:
         return self.inner.describe()
+
+
+class SiteState:
+    """Writes a site's state (running, lost until ``restart_at``, finished, failed) and restarts
+    on its place's ``GangMember`` row, which the job page's Sites panel reads. A site that
+    starts again records the job's newest metric id: its first sync after that shows it healed."""
+
+    def __init__(self, job: Job, place: int):
+        self.member = GangMember.objects.filter(job_id=job.pk, attempt=job.attempt, node_rank=place)
+        self.job_id = job.pk
+
+    def __call__(self, restarted: bool = False, **state) -> None:
+        try:
+            if restarted:
+                state["metric_mark"] = Metric.objects.filter(job_id=self.job_id).aggregate(m=Max("pk"))["m"] or 0
+            self.member.update(**state)
+        except DatabaseError as exc:  # the page shows a stale state; the site itself goes on
+            log.warning("job %s: could not record the site's state %s: %s", self.job_id, state, exc)
 
 
 def _tagger(spec, site: int):
@@ -149,7 +177,8 @@ class SiteLeaderExecution(LeaderExecution):
     def start(self) -> None:
         request = _request(self.job, 0, self.run_dir, "job.yaml", self.site_kwargs, self.env_extra)
         self.system(f"attempt {self.job.attempt}: cross-site, site {self.spec.pool} starting {' '.join(request.argv)}")
-        self.handle = SiteHandle(self.backend, request, self.spec.max_restarts, self.system, _tagger(self.spec, 0))
+        self.handle = SiteHandle(self.backend, request, self.spec.max_restarts, self.system, _tagger(self.spec, 0),
+                                 SiteState(self.job, 0))
         receiver = gang_logs.Receiver(self.job.pk, self.job.lease_token, self.launch_kwargs["nnodes"])
         thread = threading.Thread(target=self._receive, args=(receiver,), daemon=True)
         thread.start()
@@ -196,32 +225,11 @@ def _run_node(job: Job, place: int, site: int, node: int, kwargs: dict, env: dic
 
     request = _request(job, site, run_dir, f"job.node{node}.yaml" if node else "job.yaml", kwargs, env)
     say(f"attempt {job.attempt}: node {node} of site {pool} starting {' '.join(request.argv)}")
-    handle = SiteHandle(backends.get("local"), request, spec.max_restarts, say, _tagger(spec, site))
+    handle = SiteHandle(backends.get("local"), request, spec.max_restarts, say, _tagger(spec, site),
+                        SiteState(job, place))
     events = EventReader(job.pk, run_dir, DbOutage(job.pk), prefix=f"{pool}/") if node == 0 else None
-    owned = Job.objects.filter(pk=job.pk, lease_token=job.lease_token, status=Status.RUNNING)
-    stopped, next_check = False, time.monotonic()
-    with open(run_dir / "logs" / f"site-node{node}.out", "a", encoding="utf-8") as out:
-        def forward() -> None:
-            for stream, items in handle.lines():
-                out.write("".join(f"[rank{r}]: {text}\n" for r, text in items))
-                sender.add(stream, items)
-            out.flush()
-            sender.flush()
-
-        while handle.poll() is None:
-            time.sleep(executor.BATCH_SECONDS if not stopped else 0.1)
-            forward()
-            if stopped or time.monotonic() < next_check:
-                continue
-            next_check = time.monotonic() + executor.EVENTS_SECONDS
-            if events is not None:
-                events.pump()
-            if executor.SHUTDOWN.is_set() or not owned.exists():
-                stopped = True
-                handle.cancel(settings.TRAINHUB_GRACE_SECONDS)
-        code = handle.poll()
-        handle.close(executor.READERS_SECONDS)
-        forward()
+    code, stopped = follow_node(job, handle, sender, run_dir / "logs" / f"site-node{node}.out",
+                                check_seconds=executor.EVENTS_SECONDS, on_check=events.pump if events else None)
     if events is not None:
         events.pump()
     sender.close()

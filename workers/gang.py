@@ -29,10 +29,22 @@ def run_node(job: Job, *, launch_kwargs: dict, env_extra: dict[str, str], backen
                                env_extra=env_extra)
     handle = backends.get(backend).start(request)
     sender = gang_logs.Sender(job.pk, job.lease_token, rank, first_rank=rank * spec.resources.procs_per_node)
+    code, stopped = follow_node(job, handle, sender, run_dir / "logs" / f"node{rank}.out")
+    sender.close()
+    if stopped or code == 0:
+        return None
+    return Outcome(Status.FAILED, code, f"node {rank} exited with code {code} (see logs/node{rank}.out)")
+
+
+def follow_node(job: Job, handle, sender: gang_logs.Sender, out_path, *,
+                check_seconds: float = 0.5, on_check=None) -> tuple[int, bool]:
+    """Follow a node that is not the leader until its processes exit: its lines go to
+    ``out_path`` and, through ``sender``, to the leader's log; every ``check_seconds`` it calls
+    ``on_check`` and stops the processes (with the grace period) once the job is no longer
+    running under this lease or the worker shuts down. Returns (exit code, whether it was stopped)."""
     owned = Job.objects.filter(pk=job.pk, lease_token=job.lease_token, status=Status.RUNNING)
-    stopped = False
-    next_check = time.monotonic()
-    with open(run_dir / "logs" / f"node{rank}.out", "a", encoding="utf-8") as out:
+    stopped, next_check = False, time.monotonic()
+    with open(out_path, "a", encoding="utf-8") as out:
         def forward() -> None:
             for stream, items in handle.lines():
                 out.write("".join(f"[rank{r}]: {text}\n" for r, text in items))
@@ -45,17 +57,16 @@ def run_node(job: Job, *, launch_kwargs: dict, env_extra: dict[str, str], backen
             forward()
             if stopped or time.monotonic() < next_check:
                 continue
-            next_check = time.monotonic() + 0.5
+            next_check = time.monotonic() + check_seconds
+            if on_check is not None:
+                on_check()
             if executor.SHUTDOWN.is_set() or not owned.exists():
                 stopped = True
                 handle.cancel(settings.TRAINHUB_GRACE_SECONDS)
         code = handle.poll()
         handle.close(executor.READERS_SECONDS)
         forward()
-    sender.close()
-    if stopped or code == 0:
-        return None
-    return Outcome(Status.FAILED, code, f"node {rank} exited with code {code} (see logs/node{rank}.out)")
+    return code, stopped
 
 
 class LeaderExecution(executor.Execution):

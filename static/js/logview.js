@@ -1,6 +1,6 @@
 // The job page's one live channel: GET /jobs/ID/logs/stream?channel=page (Server-Sent Events).
 // Log lines arrive pre-rendered and escaped by the server; this script only places them.
-// The same stream carries the page's sections as named events: status, history and files
+// The same stream carries the page's sections as named events: status, history, files and sites
 // (the partials' HTML, swapped in place) and progress and metrics (handed to charts.js as
 // "job:progress" / "job:metrics" DOM events). Every (re)connect starts with a snapshot of
 // the sections, so a page that lost its connection shows the truth again once it is back.
@@ -17,7 +17,7 @@
   var streamUrl = new URL(log.dataset.streamUrl, location.href);
   var lastSeq = parseInt(streamUrl.searchParams.get("after") || "-1", 10);
   var source = null, following = log.dataset.follow === "1", pending = [], scheduled = false;
-  var SECTIONS = { status: "job-status", history: "job-history", files: "job-files" };
+  var SECTIONS = { status: "job-status", history: "job-history", files: "job-files", sites: "job-sites" };
 
   function say(text) { if (state) state.textContent = text; }
   function atBottom() { return log.scrollHeight - log.scrollTop - log.clientHeight < 40; }

@@ -50,3 +50,26 @@ def final_weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
 
 def same_weights(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def running_job(owner, pools=("lab-a", "cloud-b"), max_restarts: int = 1):
+    """A running cross-site job as its workers leave it in the database: one gang member per site
+    (state "running") and one sync each; for the job page's Sites panel (no processes)."""
+    from trainhub.jobs import logs
+    from trainhub.jobs.models import Job
+    from trainhub.pools.models import Worker, WorkerPool
+    from trainhub.runs.models import GangMember
+
+    spec = {"name": "two-sites", "mode": "ddp", "sites": [{"pool": p} for p in pools], "max_restarts": max_restarts,
+            "sync": {"algorithm": "diloco", "every": 10}, "train": {"max_steps": 100}}
+    made = [WorkerPool.objects.get_or_create(name=p, defaults={"kind": "cpu", "queue": p})[0] for p in pools]
+    job = Job.objects.create(owner=owner, name="two-sites", mode="ddp", spec=spec,
+                             pool=made[0])
+    job.transition("running", reason="every site has its worker")
+    for place, pool in enumerate(made):
+        GangMember.objects.create(job=job, attempt=job.attempt, worker=Worker.objects.create(hostname=f"{pool.name}@w",
+                                  pool=pool), node_rank=place, lease_token=job.lease_token, site_state="running")
+    for prefix in ["", *(f"{p}/" for p in pools[1:])]:
+        logs.record_metrics(job.pk, 10, {f"{prefix}sync_outer_step": 1, f"{prefix}sync_participants": 2,
+                                         f"{prefix}sync_bytes": 4096, f"{prefix}sync_seconds": 0.25})
+    return job

@@ -3,8 +3,10 @@ progress, charts and files follow the job; after a cut connection the page shows
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from tests.asgi_server import AsgiServer
 from tests.e2e.browser import BROWSER_MARKS
@@ -94,3 +96,30 @@ def test_after_a_cut_connection_the_page_shows_the_true_final_status(web, job, p
         expect(page.locator("#log-state")).to_contain_text("job failed · end of log")
     finally:
         restarted.stop()
+
+
+def test_a_cross_site_jobs_sites_panel_follows_a_lost_site_on_the_same_stream(web, user, page):
+    from playwright.sync_api import expect
+
+    from tests.crosssite import sites
+    from trainhub.jobs.models import Metric
+    from trainhub.runs.models import GangMember
+
+    job = sites.running_job(user)
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(f"{web.url}/jobs/{job.pk}")
+    expect(page.locator("#log-state")).to_have_text("live")
+    cloud_b = page.locator('#job-sites tr[data-pool="cloud-b"]')
+    expect(cloud_b.locator(".site-state")).to_have_text("running")
+    seen = len(requests)
+    b = GangMember.objects.filter(job=job, node_rank=1)
+    b.update(site_state="lost", restarts=1, restart_at=timezone.now() + timedelta(seconds=14))
+    expect(cloud_b.locator(".site-state")).to_contain_text("lost, restarting in")
+    expect(cloud_b).to_contain_text("1 of 1")
+    b.update(site_state="running", restart_at=None, metric_mark=Metric.objects.latest("pk").pk)
+    logs.record_metrics(job.pk, 80, {"cloud-b/sync_outer_step": 8, "cloud-b/sync_participants": 2})
+    expect(cloud_b.locator(".site-state")).to_have_text("healed")
+    expect(cloud_b.locator(".site-outer")).to_have_text("8")
+    assert requests[seen:] == [], f"the page made requests for the Sites panel: {requests[seen:]}"
+    assert len([url for url in requests if "/logs/stream" in url]) == 1

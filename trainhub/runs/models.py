@@ -44,6 +44,13 @@ class GangMember(models.Model):
     lease_token = models.PositiveIntegerField(help_text="the job's lease token once the gang starts")
     joined_at = models.DateTimeField(default=timezone.now)
     done = models.BooleanField(default=False, help_text="this member's thread has let go (slot free)")
+    # cross-site job: what its site's node is doing (written by the worker, shown on the job page)
+    site_state = models.CharField(max_length=20, blank=True, choices=[
+        ("running", "running"), ("lost", "lost"), ("failed", "failed for good"), ("finished", "finished")])
+    restarts = models.PositiveSmallIntegerField(default=0, help_text="cross-site job: the site's restarts used")
+    restart_at = models.DateTimeField(null=True, blank=True, help_text="cross-site job: a lost site starts again then")
+    metric_mark = models.PositiveBigIntegerField(
+        default=0, help_text="cross-site job: the job's newest metric id when the site restarted (a sync after it: healed)")
 
     class Meta:
         db_table = "pools_gangmember"

@@ -1,6 +1,7 @@
 """The job page and the actions on it (cancel, resume from a checkpoint).
 
-Each live section of the page is a partial of ``jobs/detail.html`` (status, history, files):
+Each live section of the page is a partial of ``jobs/detail.html`` (status, history, files,
+and sites for a cross-site job):
 the page renders them on a reload, ``?fragment=NAME`` renders one alone, and the live
 stream (``stream.py``) sends the same HTML when the section changes.
 """
@@ -19,15 +20,18 @@ from trainhub.jobs.models import Job
 from trainhub.jobs.services import job_cancel, job_resume_from, may_cancel
 from trainhub.jobs.views import job_for_user
 from trainhub.jobs.views.logs import log_window
+from trainhub.jobs.views.sites import site_rows
 from workers.runner.config import SpecError, dump_yaml
 
-FRAGMENTS = ("status", "history", "files")
+FRAGMENTS = ("status", "history", "files", "sites")
 
 
 def fragment_context(job: Job, name: str) -> dict:
     """What the partial ``name`` of the job page needs (the view and the live stream render with it)."""
     if name == "history":
         return {"job": job, "events": job.events.select_related("actor")}
+    if name == "sites":
+        return {"job": job, "sites": site_rows(job)}
     if name == "files":
         return {"job": job, "checkpoints": runfiles.checkpoints(job.pk), "artifacts": runfiles.artifacts(job.pk)}
     return {"job": job, "failure": failure_of(job), "grace": settings.TRAINHUB_GRACE_SECONDS}
@@ -42,7 +46,8 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         if fragment not in FRAGMENTS:
             raise Http404("unknown fragment")
         return render(request, f"jobs/detail.html#{fragment}", fragment_context(job, fragment))
-    context = {**fragment_context(job, "status"), **fragment_context(job, "history"), **fragment_context(job, "files"), **log_window(request, job),
+    context = {**fragment_context(job, "status"), **fragment_context(job, "history"), **fragment_context(job, "files"),
+               **fragment_context(job, "sites"), **log_window(request, job),
                "spec_yaml": dump_yaml(job.spec), "no_error": request.GET.get("no_error")}
     return render(request, "jobs/detail.html", context)
 

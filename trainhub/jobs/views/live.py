@@ -1,5 +1,6 @@
 """The job page's live sections on the log stream (``?channel=page``): status (+ reason),
-progress, history, metrics and files, as named SSE events beside the log lines.
+progress, history, metrics, files and (a cross-site job) sites, as named SSE events beside
+the log lines.
 
 The stream's hub reads ``PageWatch.refresh`` once a second per job — not once per viewer —
 and keeps a fingerprint of each section plus the newest metric points. Each viewer
@@ -20,8 +21,9 @@ from trainhub.jobs import runfiles
 from trainhub.jobs.models import Job, JobEvent, Metric, Status
 from trainhub.jobs.views.detail import fragment_context
 from trainhub.jobs.views.logs import first_point, progress_payload
+from trainhub.jobs.views.sites import sites_key
 
-FRAGMENTS = ("status", "history", "files")
+FRAGMENTS = ("status", "history", "files", "sites")
 METRICS_KEPT = 20_000  # newest metric points a hub keeps for its viewers; older ones come from the database
 METRICS_BATCH = 5_000
 
@@ -65,6 +67,9 @@ class PageWatch:
             "files": (job.status, tuple(c["name"] for c in runfiles.checkpoints(job.pk)),
                       tuple(a["path"] for a in runfiles.artifacts(job.pk))),
         }
+        sites = sites_key(job)
+        if sites is not None:  # a cross-site job: its Sites panel
+            self.keys["sites"] = sites
         self._read_metrics()
         if job.status == Status.RUNNING and job.step and (self.first is None or self.first[1] < job.started_at):
             self.first = first_point(job)
@@ -127,7 +132,9 @@ class PageViewer:
             return ""
         out = []
         for name in FRAGMENTS:
-            key = watch.keys.get(name)
+            if name not in watch.keys:
+                continue  # a section this job's page does not have
+            key = watch.keys[name]
             if self.sent.get(name, self) != key:
                 self.sent[name] = key
                 out.append(await sync_to_async(_fragment, thread_sensitive=False)(self.request, self.job_id, name))

@@ -43,7 +43,7 @@ class Strategy:
         return {}
 
     def aligned_step(self, step: int) -> int:
-        """The step the run is at after this optimizer step (cross-site sync may jump forward)."""
+        """The step the run is at after this optimizer step (cross-site sync sets it from the outer step)."""
         return step
 
     @classmethod

@@ -5,8 +5,9 @@ Each site is one torchft replica group. Every ``sync.every`` inner steps the gro
 meets rank r of the other sites through the job's lighthouse (``TORCHFT_LIGHTHOUSE``): DiLoCo
 all-reduces the pseudo-gradient and takes an outer Nesterov step, LocalSGD averages the
 weights. A site that joins late or comes back after a crash heals from a peer at its first
-quorum (torchft sends the peer's state over HTTP) and then counts its steps from the peers'
-outer step, so every site ends on the same sync with the same weights.
+quorum (torchft sends the peer's state over HTTP). After every sync a site's step is the
+shared outer step × ``every`` (see ``aligned_step``), so every site ends on the same committed
+sync with the same weights.
 """
 from __future__ import annotations
 
@@ -113,11 +114,18 @@ class SyncMixin:
         return values
 
     def aligned_step(self, step: int) -> int:
-        """After a sync, the inner step the peers are at: a site that healed from a peer
-        jumps forward to the outer step it received (never back)."""
+        """After a sync, the step the shared outer step stands for: ``outer step × every``.
+
+        The run's step counts the inner steps the model holds, not the ones this process took:
+        a site that healed from a peer jumps forward to the outer step it received, and a sync
+        that did not commit (a peer died during it) drops its round — DiLoCo restores the
+        weights of the last commit — so the step goes back and the round is trained again.
+        Every site therefore stops on the same committed outer step (``max_steps / every``)
+        with the same weights; counting local steps instead left a site that had lost a commit
+        one round ahead of its outer step, and its healed peer then synced once more, alone."""
         if not self._syncing() or self.manager is None:
             return step
-        return max(step, self.manager.current_step() * self.sync.every)
+        return self.manager.current_step() * self.sync.every
 
     def teardown(self) -> None:
         try:
