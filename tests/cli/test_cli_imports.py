@@ -2,6 +2,10 @@
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.no_db
+
 
 def test_the_cli_imports_neither_django_nor_torch():
     code = ("import sys, trainhub.cli, trainhub.cli.follow; "

@@ -11,7 +11,7 @@ from workers.runner import launch
 from workers.runner.config import dump_yaml, parse_spec
 from workers.runner.report import read_events
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.no_db]
 
 
 @pytest.mark.parametrize("algorithm", ["diloco", "localsgd"])

@@ -4,6 +4,8 @@ import pytest
 from workers.runner.config import dump_yaml, load_text, parse_spec
 from workers.runner.errors import SpecError
 
+pytestmark = pytest.mark.no_db
+
 BASE = {"name": "cs", "mode": "ddp", "sites": [{"pool": "lab-a", "procs_per_node": 2}, {"pool": "cloud-b", "nodes": 2}],
         "sync": {"algorithm": "diloco", "every": 50, "outer_lr": 0.7, "outer_momentum": 0.9},
         "train": {"max_steps": 500}}

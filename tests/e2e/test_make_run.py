@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import ROOT, free_port, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.no_db]
 PASSWORD = "first-run-password-1"
 
 

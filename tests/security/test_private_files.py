@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.no_db
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.no_db]
 
 
 def test_a_two_node_batch_job_runs_one_task_on_each_node(slurm_cluster_handle, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from workers import backends
 from workers.backends import RunRequest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.no_db]
 
 
 def start(tmp_path, code: str, **env) -> backends.Handle:

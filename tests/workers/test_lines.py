@@ -1,7 +1,11 @@
 """The line splitter, fed bytes directly: what a job prints becomes the lines a user reads."""
 from __future__ import annotations
 
+import pytest
+
 from workers.lines import MAX_LINE, MAX_LINE_BYTES, PARTIAL_SECONDS, LineSplitter
+
+pytestmark = pytest.mark.no_db
 
 
 def split(*chunks: bytes) -> list[tuple[int, str]]:

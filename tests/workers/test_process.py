@@ -16,7 +16,7 @@ from workers.lines import MAX_LINE
 from workers.process import pump as _pump
 from workers.runner.config import parse_spec
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.no_db]
 
 
 def run(code: str, *, timeout: float = 20) -> list[tuple[int, str, str]]:
