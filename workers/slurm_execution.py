@@ -16,10 +16,10 @@ What differs from a local run:
 """
 from __future__ import annotations
 
-import time
-
 import dataclasses
+import hashlib
 import os
+import time
 
 from django.conf import settings
 from django.utils import timezone
@@ -41,13 +41,21 @@ class _Detach(Exception):
     """The worker shuts down: stop following the Slurm job, leave it running."""
 
 
+def owner_tag(job: Job) -> str:
+    """``trainhub <deployment> job <id>``, the Slurm comment that says a Slurm job is this job's: the
+    deployment is a digest of the secret key, so two TrainHubs sharing a Slurm account (both with a
+    job 7) never take each other's jobs for their own."""
+    deployment = hashlib.sha256(b"trainhub-slurm-owner:" + settings.SECRET_KEY.encode()).hexdigest()[:12]
+    return f"trainhub {deployment} job {job.pk}"
+
+
 def options_for(job: Job, spec, grace: float) -> SlurmOptions:
     pool = job.pool
     res = spec.resources
     return SlurmOptions(slurm_conf=pool.slurm_conf, partition=pool.partition, account=pool.slurm_account_for(job.owner),
                         qos=pool.qos, nodes=res.nodes, procs_per_node=res.procs_per_node,
                         gpus_per_node=res.gpus_per_node, time_minutes=spec.timeout_minutes,
-                        job_name=f"trainhub-{job.pk}-{spec.name}", lease_token=job.lease_token,
+                        job_name=f"trainhub-{job.pk}-{spec.name}", owner=owner_tag(job), lease_token=job.lease_token,
                         grace_seconds=grace, redis_url=settings.REDIS_URL)
 
 
@@ -71,6 +79,9 @@ class SlurmExecution(executor.Execution):
     def start(self) -> None:
         super().start()
         self.recorded = {}
+        if self.handle.orphans:
+            self.system(f"cancelled slurm job(s) {', '.join(self.handle.orphans)} that an earlier attempt "
+                        "left running (its worker was lost before it recorded them)")
         try:
             SlurmRun.objects.update_or_create(job_id=self.job.pk, defaults={
                 "attempt": self.job.attempt, "slurm_job_id": self.handle.job_id, "stream_token": self.job.lease_token,

@@ -66,3 +66,32 @@ def test_a_lost_jobs_slurm_job_that_slurm_no_longer_knows_fails_with_that_reason
     job = wait_for(lambda: final(job.pk), timeout=90, message="the lost job to be adopted and found gone")
     assert job.status == "failed" and job.error.startswith("lost: Slurm no longer knows the job"), job.error
     assert job.attempt == 1
+
+
+def test_a_slurm_job_an_earlier_attempt_left_unrecorded_is_cancelled_before_the_next_attempt_submits(
+        start_worker, slurm_pool, slurm_cluster, slurm_cluster_handle, user_client, tmp_path):  # noqa: F811
+    from workers.slurm_execution import owner_tag
+
+    (tmp_path / "printer.py").write_text(PRINTER.replace(str(LINES), "5"))
+    Workspace.objects.create(name="printer", path=str(tmp_path))
+    job_id = submit(user_client, {"name": "printer on slurm", "pool": "hpc", "mode": "script",
+                                  "script": {"workspace": "printer", "entry": "printer.py"}})
+    name, owner = f"trainhub-{job_id}-printer_on_slurm", owner_tag(Job.objects.get(pk=job_id))
+
+    def sbatch(comment: str) -> str:
+        return slurm_cluster_handle.run("sbatch", "--parsable", f"--job-name={name}", f"--comment={comment}",
+                                        "--partition=debug", f"--output={tmp_path}/orphan-%j.out",
+                                        "--wrap=sleep 600").strip().split(";")[0]
+
+    # what a worker lost right after sbatch answered leaves: a Slurm job of this job's name and
+    # deployment, of an earlier attempt, that no SlurmRun row records
+    orphan = sbatch(f"{owner} attempt 0")
+    # the same name from another TrainHub sharing the Slurm account: not ours to cancel
+    stranger = sbatch(f"trainhub 0123456789ab job {job_id} attempt 0")
+    start_worker("hpc", slots=2, extra_env={"SLURM_CONF": slurm_cluster})
+    job = wait_for(lambda: final(job_id), timeout=180, message="the job to finish")
+    system = list(LogLine.objects.filter(job_id=job_id, stream="s").values_list("text", flat=True))
+    assert job.status == "succeeded", (job.error, system)
+    assert any(f"cancelled slurm job(s) {orphan} that an earlier attempt left running" in t for t in system), system
+    queued = slurm_cluster_handle.run("squeue", "-h", "-o", "%i").split()
+    assert orphan not in queued and stranger in queued

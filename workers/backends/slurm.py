@@ -39,9 +39,39 @@ class SlurmOptions:
     gpus_per_node: int = 0
     time_minutes: int = 120
     job_name: str = "trainhub"
+    #: ``trainhub <instance> job <id>``: which deployment's job (``owner_tag``); the attempt is added
+    owner: str = ""
     lease_token: int = 0
     grace_seconds: float = 20.0
     redis_url: str = field(default="", repr=False)
+
+
+def cancel_orphans(opts: SlurmOptions, attempt: int, env: dict[str, str]) -> list[str]:
+    """Cancel the Slurm jobs an earlier attempt of this TrainHub job left behind; their ids.
+
+    A worker lost between ``sbatch`` answering and the ``SlurmRun`` row being written leaves a
+    Slurm job nobody follows; its attempt is fenced (it writes nothing) but it would hold its
+    nodes until its time limit. Before the next attempt submits, every job of this job's name
+    whose comment says it is this deployment's job (``opts.owner``) and another attempt goes.
+    """
+    if not opts.owner:
+        return []
+    try:
+        listed = slurm_cli.run(["squeue", "-h", f"--name={safe_name(opts.job_name)}", "-o", "%i|%k"], env)
+    except slurm_cli.SlurmError:
+        return []
+    orphans = []
+    for row in listed.splitlines():
+        job_id, _, comment = row.strip().partition("|")
+        prefix, _, other = comment.rpartition(" attempt ")
+        if prefix == opts.owner and other != str(attempt) and job_id:
+            orphans.append(job_id)
+    if orphans:
+        try:
+            slurm_cli.run(["scancel", *orphans], env)
+        except slurm_cli.SlurmError:
+            pass  # ended meanwhile
+    return orphans
 
 
 def safe_name(name: str) -> str:
@@ -58,6 +88,8 @@ def sbatch_argv(run: RunRequest, opts: SlurmOptions, script: str) -> list[str]:
             # TrainHub retries (a new attempt, a new log stream); a run Slurm requeued itself would
             # send its lines again from index 0 on the same stream, where they look like resends
             "--no-requeue"]
+    if opts.owner:
+        argv.append(f"--comment={opts.owner} attempt {run.attempt}")
     if opts.gpus_per_node:
         argv.append(f"--gpus-per-node={opts.gpus_per_node}")
     for flag, value in (("partition", opts.partition), ("account", opts.account), ("qos", opts.qos)):
@@ -86,6 +118,7 @@ class SlurmHandle:
                  cursor: dict | None = None, env: dict[str, str] | None = None):
         self.opts = opts
         self.env = env or {}
+        self.orphans: list[str] = []  # Slurm jobs of earlier attempts cancelled before this one
         if run is not None:
             self.env = {**run.env, REDIS_VAR: opts.redis_url}
             if opts.slurm_conf:
@@ -93,6 +126,7 @@ class SlurmHandle:
             run.run_dir.mkdir(parents=True, exist_ok=True)
             script = run.run_dir / f"slurm-{run.attempt}.sh"
             script.write_text(batch_script(run, opts), encoding="utf-8")
+            self.orphans = cancel_orphans(opts, run.attempt, self.env)
             job_id = slurm_cli.run(sbatch_argv(run, opts, str(script)), self.env).strip().split(";")[0]
             job = run.job_id
         self.job_id = job_id
