@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from tests.asgi_server import serving, session_cookie
+from tests.asgi_server import WebServer, serving, session_cookie
 from tests.asgi_server import sse_events as all_sse_events
 from tests.conftest import wait_for
 
@@ -172,9 +172,8 @@ def test_a_job_of_the_longest_lines_cannot_make_a_web_process_hold_its_log_in_me
     from trainhub.jobs import logs
     from trainhub.jobs.models import Job
 
-    env = {**server_env(database_url(), live_settings.REDIS_URL),
-           "TRAINHUB_SSE_JOB_BUFFER_BYTES": str(1 << 20), "TRAINHUB_SSE_FRAME_CACHE_BYTES": str(2 << 20)}
-    server = AsgiServer(free_port(), env, tmp_path / "uvicorn.log").start()
+    server = WebServer(live_settings, tmp_path / "uvicorn.log", TRAINHUB_SSE_JOB_BUFFER_BYTES=str(1 << 20),
+                       TRAINHUB_SSE_FRAME_CACHE_BYTES=str(2 << 20)).start()
     job = Job.objects.create(owner=user, name="wide", mode="centralized", spec={}, pool=cpu_pool, status="running")
     try:
         cookies = session_cookie(user_client)
