@@ -1,13 +1,11 @@
 """Deliveries run on a fixed set of threads per channel: a bulk cancel of 500 jobs does not open
 500 database connections, and a mail server that hangs does not hold up any webhook."""
-import os
 import socket
 import threading
 import time
 
 import pytest
-from django.conf import settings as django_settings
-from django.db import connection
+from django.db.backends.signals import connection_created
 
 from trainhub.jobs.models import Job
 from trainhub.notify import services
@@ -17,67 +15,32 @@ from trainhub.runs.lifecycle import Outcome, job_finish
 pytestmark = [pytest.mark.usefixtures("allow_local_hooks"), pytest.mark.slow]  # the receivers listen on 127.0.0.1
 
 
-class ConnectionCounter:
-    """Samples, from a thread of its own, the database connections this process holds open: sockets
-    to the PostgreSQL server's port, or open handles of the database file on SQLite. Counted on the
-    client side because a session the client has closed stays in PostgreSQL's ``pg_stat_activity``
-    until its backend has exited: a pool thread that closes its idle connection and opens a new one
-    a moment later showed there as two sessions (the peak of 8 where 7 was the most held)."""
+class ConnectionOpeners:
+    """Which threads open a database connection while it listens (Django's ``connection_created``).
+
+    A Django connection belongs to one thread, so the threads that open connections bound how many
+    are open at once. Counting open handles or server sessions instead also counted what other
+    threads of the test process held — leftovers of earlier tests (5 at the start, in the full
+    suite) — and PostgreSQL lists a closed session until its backend exits."""
 
     def __init__(self):
-        self.peak = 0
-        self._stop = threading.Event()
-        self._port = None
-        self._kind: dict[str, bool] = {}  # socket inode -> whether it is a connection to the database
-        if connection.vendor == "postgresql":
-            host = connection.settings_dict["HOST"] or ""
-            assert not host.startswith("/"), "count over TCP: a unix-socket DATABASE_URL is not sampled here"
-            self._port = int(connection.settings_dict["PORT"] or 5432)
-        self.baseline = self.count()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
+        self.existing = {t.ident for t in threading.enumerate()}  # threads from before, leftovers included
+        self.opened: set[tuple[int, str]] = set()
+        connection_created.connect(self._record)
 
-    def _handles(self) -> list[str]:
-        out = []
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                out.append(os.readlink(f"/proc/self/fd/{fd}"))
-            except OSError:  # closed while we looked
-                pass
-        return out
+    def _record(self, sender, connection, **kwargs):
+        thread = threading.current_thread()
+        self.opened.add((thread.ident, thread.name))
 
-    def _to_database(self, inodes: set[str]) -> None:
-        """Learn which of these (new) sockets are TCP connections to the database's port."""
-        for inode in inodes:
-            self._kind[inode] = False
-        for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-            with open(table) as rows:
-                next(rows)
-                for row in rows:
-                    fields = row.split()
-                    if fields[9] in inodes and int(fields[2].rsplit(":", 1)[1], 16) == self._port:
-                        self._kind[fields[9]] = True
+    def stop(self) -> None:
+        connection_created.disconnect(self._record)
 
-    def count(self) -> int:
-        handles = self._handles()
-        if self._port is None:
-            name = os.path.realpath(django_settings.DATABASES["default"]["NAME"])
-            return sum(h == name for h in handles)
-        sockets = {h[8:-1] for h in handles if h.startswith("socket:[")}
-        new = sockets - self._kind.keys()
-        if new:
-            self._to_database(new)
-        return sum(self._kind[inode] for inode in sockets)
+    def new_threads(self) -> set[str]:
+        """Threads started while it listened that opened a connection."""
+        return {name for ident, name in self.opened if ident not in self.existing}
 
-    def _sample(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.count())
-            time.sleep(0.005)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
+    def named(self, prefix: str) -> set[str]:
+        return {name for _, name in self.opened if name.startswith(prefix)}
 
 
 def test_a_bulk_cancel_of_500_queued_jobs_delivers_every_hook_over_a_bounded_number_of_connections(
@@ -87,23 +50,21 @@ def test_a_bulk_cancel_of_500_queued_jobs_delivers_every_hook_over_a_bounded_num
     Job.objects.bulk_create([Job(owner=user, name=f"queued-{i}", mode="centralized", spec={}, pool=cpu_pool)
                              for i in range(500)])
     ids = list(Job.objects.filter(owner=user).values_list("pk", flat=True))
-    connection.ensure_connection()  # the test's own connection, which the cancel below uses: in the baseline
-    counter = ConnectionCounter()
+    openers = ConnectionOpeners()
 
     response = user_client.post("/", {"ids": ids})  # the job list's "cancel selected"
     assert response.status_code == 302
     assert services.wait_idle(180)
-    peak = counter.stop()
-    print(f"connections: baseline {counter.baseline}, peak {peak}")
+    openers.stop()
+    print(f"threads that opened connections: {sorted(name for _, name in openers.opened)}")
 
     assert sorted(r["json"]["id"] for r in hook.requests) == sorted(ids)  # each job's hook, once
     assert NotificationDelivery.objects.filter(status="sent").count() == 500
     pool_size = settings.TRAINHUB_NOTIFY_WEBHOOK_THREADS + settings.TRAINHUB_NOTIFY_EMAIL_THREADS
-    # the pool worked in parallel, bounded: the test's own connection (the cancel runs in this thread)
-    # plus one per pool thread at most, not a connection per job (500 before the pool)
-    # (the baseline is 1 to 3: each channel's polling thread holds a connection while it looks)
-    assert 3 <= peak <= 1 + pool_size
-    # the receiver's own threads come and go with its requests; ours are the pool, nothing per job
+    # bounded: no thread (and so no connection) per job — before the pool, 500 threads each opened one
+    assert {name for name in openers.new_threads() if not name.startswith("notify-")} == set()
+    # the deliveries ran on the pool's threads, in parallel: at most one connection each at a time
+    assert 2 <= len(openers.named("notify-")) <= pool_size
     assert len([t for t in threading.enumerate() if t.name.startswith("notify-")]) == pool_size
 
 
