@@ -203,7 +203,10 @@ def _fast_password_hashing(settings):
 
 # The other database's half of a fault test is an expected skip: `make test` runs the suite on both.
 DATABASE_VARIANTS = {"sqlite": ("tests/faults/test_postgres_outage.py",),
-                     "postgresql": ("tests/faults/test_database_outage.py",)}
+                     "postgresql": ("tests/faults/test_database_outage.py",
+                                    # SQLite's FTS5 log index (PostgreSQL's pg_trgm is tested beside them)
+                                    "tests/jobs/test_log_search.py::test_sqlite_",
+                                    "tests/jobs/test_log_search.py::test_the_sqlite_index_")}
 
 
 def _expected_skip(item) -> bool:
