@@ -53,6 +53,16 @@ class Up:
             return []
 
 
+def family_cmdlines(up: Up) -> str:
+    names = []
+    for proc in up.family():
+        try:
+            names.append(" ".join(proc.cmdline()))
+        except psutil.NoSuchProcess:
+            pass
+    return " ".join(names)
+
+
 def make_up_env(tmp_path) -> dict:
     """The environment of a fresh `manage.py up`: its own var directory and ports, no Redis given."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "TRAINHUB_RUNS_DIR")}
@@ -74,9 +84,11 @@ def test_make_run_brings_everything_up_runs_a_job_and_ctrl_c_stops_it_all(up_env
     try:
         wait_for(lambda: answers(base + "/login"), timeout=120, message="the dashboard to answer")
         assert "created admin user 'admin' with password: from TRAINHUB_ADMIN_PASSWORD" in first.output()
-        names = " ".join(" ".join(p.cmdline()) for p in first.family())
+        # `runworker` becomes celery (exec) only after its own Django start and pool lookup, which can
+        # finish after the web server answers on a loaded machine: wait for it rather than look once
+        names = wait_for(lambda: "celery" in (n := family_cmdlines(first)) and "-Q cpu" in n and n,
+                         timeout=60, message="the worker for the default CPU pool to start")
         assert "redis-server" in names, names  # the embedded one, since REDIS_URL is unset
-        assert "celery" in names and "-Q cpu" in names, names  # the worker for the default CPU pool
         assert "uvicorn" in names, names
         token = subprocess.run([sys.executable, "manage.py", "issue_token", "admin"], cwd=ROOT, env=up_env,
                                capture_output=True, text=True, check=True).stdout.strip()
