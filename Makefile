@@ -44,12 +44,13 @@ test: $(DEV_STAMP) system-packages
 	$(MAKE) --no-print-directory test-postgres
 
 # The database-facing tests again on PostgreSQL. Run once, on SQLite: the runner's tests and those
-# marked no_db (they use no database, or `make run`'s own), the docs' examples (tests/docs) and the
+# marked no_db (they use no database, or `make run`'s own) or db_agnostic (real training whose database
+# use is any job's), the docs' examples (tests/docs) and the
 # browser tests (what they add over the HTTP tests is the browser, not the database).
 test-postgres: $(DEV_STAMP)
 	@if $(PY) -c "import psycopg,sys; psycopg.connect(sys.argv[1], connect_timeout=3).close()" "$(TEST_PG)" 2>/dev/null; then \
 		echo "== PostgreSQL: $(TEST_PG)"; \
-		DATABASE_URL="$(TEST_PG)" $(PY) -m pytest --ignore=tests/runner --ignore=tests/docs -m "not browser and not no_db"; \
+		DATABASE_URL="$(TEST_PG)" $(PY) -m pytest --ignore=tests/runner --ignore=tests/docs -m "not browser and not no_db and not db_agnostic"; \
 	elif [ "$$CI" = true ]; then echo "CI=true: PostgreSQL at $(TEST_PG) does not answer; the PostgreSQL pass is required (set TRAINHUB_TEST_POSTGRES_URL)"; exit 1; \
 	else echo "== PostgreSQL at $(TEST_PG) does not answer: PostgreSQL run SKIPPED (set TRAINHUB_TEST_POSTGRES_URL)"; fi
 

@@ -11,7 +11,7 @@ from tests.slurm.test_jobs import final, log_text, slurm_pool, slurm_worker, sub
 from trainhub.jobs.models import LogLine
 from trainhub.pools.models import Workspace
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
 TWO_NODES = {"nodes": 2, "procs_per_node": 1}
 SPECS = {
     "deepspeed": {"mode": "deepspeed", "resources": TWO_NODES, "data": {"dataset": "iris"},
