@@ -189,7 +189,7 @@ def progress_payload(job: Job, first=None) -> dict:
             pace = (timezone.now() - first[1]).total_seconds() / (job.step - first[0])
             eta = pace * max(0, job.total_steps - job.step)
     return {"status": job.status, "active": job.is_active, "step": job.step, "total_steps": job.total_steps,
-            "elapsed_seconds": elapsed, "eta_seconds": eta}
+            "elapsed_seconds": elapsed, "eta_seconds": eta, "metrics_note": job.metrics_note}
 
 
 @login_required
