@@ -8,18 +8,24 @@ lines, or one retried many times, stores many more; a million lines is about wha
 ordinary (~100-byte) log lines make, so a job within one attempt's byte cap keeps everything.
 The executor cuts while the job runs; the worker cuts once more when it ends. A job over its cap keeps its
 first lines and its newest ones; the cut middle is replaced by one system line, the marker,
-at the first cut seq: "✂ lines A–B were cut ...". Seqs never change, so permalinks to kept
+at the first cut seq: "✂ lines A–B were cut ...".
+By age as well, when ``TRAINHUB_LOG_RETENTION_DAYS`` is set: a job that ended longer ago loses its
+log lines (``prune_by_age``: the workers' heartbeat, hourly, or ``manage.py prune_logs``), one marker
+line at seq 0 saying so; its status, history, metrics and files stay. Seqs never change, so permalinks to kept
 lines stay valid, and readers that meet the hole (the SSE stream) use the marker to know it
 is a cut and not a write still in flight.
 """
 from __future__ import annotations
 
 import re
+import time
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
 
-from trainhub.jobs.models import LogLine
+from trainhub.jobs.models import FINAL, Job, LogLine
 from trainhub.pools.models import LOG_RETENTION_MINIMUM as MINIMUM
 HEAD = 1_000  # first lines always kept (how the run started)
 CHUNK = 50_000  # rows per DELETE, so a big cut never holds the database for long
@@ -73,3 +79,48 @@ def enforce(job_id: int, next_seq: int, limit: int, pool: str = "") -> int:
             f"(pool {pool or '?'} keeps {limit:,} lines per job: the first {head:,} and the newest)")
     LogLine.objects.update_or_create(job_id=job_id, seq=head, defaults={"stream": "s", "rank": 0, "text": text})
     return deleted
+
+
+#: the line that stands at seq 0 of a log deleted by age (``prune_by_age``)
+PRUNED = "✂ this job's log was deleted"
+PRUNE_JOBS = 100  # jobs per sweep, so one sweep never holds the database for long
+PRUNE_EVERY_SECONDS = 3600
+_last_sweep: list[float | None] = [None]
+
+
+def pruned_note(job_id: int) -> str:
+    """The marker of a log deleted by age, or "" when the job's log is there."""
+    text = LogLine.objects.filter(job_id=job_id, seq=0, stream="s").values_list("text", flat=True).first()
+    return text if text and text.startswith(PRUNED) else ""
+
+
+def prune_by_age(days: int | None = None, now=None, limit: int = PRUNE_JOBS) -> int:
+    """Delete the log lines of up to ``limit`` jobs that ended more than ``days`` days ago
+    (``TRAINHUB_LOG_RETENTION_DAYS``; 0 = never), leaving one marker line at seq 0; the job, its
+    status, events, metrics and files stay. Returns how many jobs' logs were deleted."""
+    days = settings.TRAINHUB_LOG_RETENTION_DAYS if days is None else days
+    if not days:
+        return 0
+    now = now or timezone.now()
+    done = LogLine.objects.filter(seq=0, stream="s", text__startswith=PRUNED).values("job_id")
+    jobs = list(Job.objects.filter(status__in=FINAL, finished_at__lt=now - timedelta(days=days), log_lines__gt=0)
+                .exclude(pk__in=done).order_by("finished_at").values_list("pk", "log_lines", "finished_at")[:limit])
+    for job_id, lines, finished in jobs:
+        for lo in range(0, lines, CHUNK):
+            LogLine.objects.filter(job_id=job_id, seq__gte=lo, seq__lt=lo + CHUNK).delete()
+        LogLine.objects.filter(job_id=job_id, seq__gte=lines).delete()  # any written past the count
+        text = (f"{PRUNED} on {now:%Y-%m-%d}: TRAINHUB_LOG_RETENTION_DAYS keeps a log {days} days after its job "
+                f"ends, and this one ended on {finished:%Y-%m-%d} ({lines:,} lines). Its status, history, "
+                f"metrics and files are kept.")
+        LogLine.objects.update_or_create(job_id=job_id, seq=0, defaults={"stream": "s", "rank": 0, "text": text})
+    return len(jobs)
+
+
+def prune_if_due() -> int:
+    """``prune_by_age`` at most once an hour per process (the workers' heartbeat calls it)."""
+    if not settings.TRAINHUB_LOG_RETENTION_DAYS:
+        return 0
+    if _last_sweep[0] is not None and time.monotonic() - _last_sweep[0] < PRUNE_EVERY_SECONDS:
+        return 0
+    _last_sweep[0] = time.monotonic()
+    return prune_by_age()
