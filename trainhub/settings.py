@@ -195,6 +195,9 @@ TRAINHUB_LOG_RETENTION = envstr("TRAINHUB_LOG_RETENTION", "*=1000000")
 TRAINHUB_LOG_MAX_BYTES = envint("TRAINHUB_LOG_MAX_BYTES", 100 * 1024 * 1024, minimum=0)
 # Bytes a job's run directory may hold on disk (checked by its worker; past it the job fails). 0 = no cap.
 TRAINHUB_RUN_DIR_MAX_BYTES = envint("TRAINHUB_RUN_DIR_MAX_BYTES", 0, minimum=0)
+# Size of a sandboxed job's private /tmp, a tmpfs (memory; not counted against the cap above, it goes
+# with the job). 0 = the kernel's default, half the host's memory (workers/sandbox.py).
+TRAINHUB_SANDBOX_TMP_BYTES = envint("TRAINHUB_SANDBOX_TMP_BYTES", 4 * 1024 ** 3, minimum=0)
 # Live log streams (SSE) per web process: open per user, open in all, and the seconds one stays open
 # before the browser reconnects (transparently, from Last-Event-ID).
 TRAINHUB_SSE_MAX_PER_USER = envint("TRAINHUB_SSE_MAX_PER_USER", 24, minimum=1)

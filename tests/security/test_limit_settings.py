@@ -1,4 +1,4 @@
-"""The limits' settings (catch-up bytes, metric points per job, log retention by age) are read once at
+"""The limits' settings (catch-up bytes, metric points per job, log retention by age, the sandbox's /tmp) are read once at
 startup: a bad value stops it with one line naming the variable and the fix."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from tests.security.test_deployment import manage
     ("TRAINHUB_METRIC_MAX_POINTS", "10", "TRAINHUB_METRIC_MAX_POINTS=10 is below 1000; raise it"),
     ("TRAINHUB_LOG_RETENTION_DAYS", "-3", "TRAINHUB_LOG_RETENTION_DAYS=-3 is below 0; raise it"),
     ("TRAINHUB_LOG_RETENTION_DAYS", "30d", "TRAINHUB_LOG_RETENTION_DAYS='30d' is not an integer"),
+    ("TRAINHUB_SANDBOX_TMP_BYTES", "4G", "TRAINHUB_SANDBOX_TMP_BYTES='4G' is not an integer; set a whole number"),
 ])
 def test_a_bad_limit_setting_stops_startup_with_one_line_naming_it(tmp_path, name, value, expected):
     result = manage(tmp_path, "check", **{name: value})
