@@ -74,8 +74,7 @@ def test_logs_are_kept_forever_by_default_and_prune_logs_says_how_to_set_a_limit
 @pytest.mark.slow
 def test_a_workers_heartbeat_prunes_old_logs_by_itself(live_settings, transactional_db, start_worker, user,
                                                        cpu_pool, user_client):
-    old, recent, running = (ended(user, cpu_pool, "old", days_ago=45), ended(user, cpu_pool, "recent", days_ago=5),
-                            None)
+    old, recent = ended(user, cpu_pool, "old", days_ago=45), ended(user, cpu_pool, "recent", days_ago=5)
     worker = start_worker("cpu", extra_env={"TRAINHUB_LOG_RETENTION_DAYS": "30", "TRAINHUB_HEARTBEAT_SECONDS": "1"})
     wait_for(lambda: LogLine.objects.filter(job=old).count() == 1, timeout=90,
              message=f"the heartbeat to prune the old log: {worker.output()[-1500:]}")
