@@ -1,6 +1,6 @@
 """A job that logs more metric points than ``TRAINHUB_METRIC_MAX_POINTS`` keeps running, and its series
-are thinned — first and last points kept — not grown without bound nor cut off at the cap; the page and
-``metrics.json`` say so (real worker, real script job)."""
+are thinned — first and last points kept — not grown without bound nor cut off at the cap; the page,
+``metrics.json`` and the API say so (real worker, real script job)."""
 from __future__ import annotations
 
 import pytest
@@ -49,5 +49,7 @@ def test_a_job_logging_more_points_than_the_cap_runs_on_with_its_series_thinned_
     payload = user_client.get(f"/jobs/{job.pk}/metrics.json").json()
     assert payload["metrics_note"] == done.metrics_note
     assert payload["series"]["loss"]["steps"][-1] == 3_000
+    api = user_client.get(f"/api/jobs/{job.pk}/metrics").json()
+    assert api["note"] == done.metrics_note and api["series"]["lr"][-1]["step"] == 3_000
     page = user_client.get(f"/jobs/{job.pk}").content.decode()
     assert "thinned to stay within 1,000 stored points" in page and 'id="metrics-note"' in page
