@@ -63,9 +63,30 @@ def test_prune_logs_deletes_the_logs_of_jobs_that_ended_longer_ago_and_keeps_the
     assert LogLine.objects.filter(job=old).count() == 1
 
 
+def test_a_sweep_stops_after_about_a_million_lines_and_the_next_one_carries_on(user, cpu_pool, settings, monkeypatch):
+    monkeypatch.setattr(retention, "PRUNE_LINES", 5_000)  # a million lines, scaled down
+    jobs = [ended(user, cpu_pool, f"old-{i}", days_ago=40 + i) for i in range(4)]  # 3,000 lines each
+    settings.TRAINHUB_LOG_RETENTION_DAYS = 30
+    assert retention.prune_by_age() == (1, True)  # a second job would pass 5,000 lines
+    assert [LogLine.objects.filter(job=j).count() for j in jobs] == [3_000, 3_000, 3_000, 1]  # oldest first
+    assert retention.prune_by_age() == (1, True)
+    assert retention.prune_by_age() == (1, True)
+    assert retention.prune_by_age() == (1, False)
+    assert retention.prune_by_age() == (0, False)
+    assert all(LogLine.objects.filter(job=j).count() == 1 for j in jobs)
+
+
+def test_a_pruned_jobs_log_reads_as_its_marker_line_alone_and_is_not_looked_at_again(three_jobs, settings):
+    settings.TRAINHUB_LOG_RETENTION_DAYS = 30
+    call_command("prune_logs")
+    old = Job.objects.get(pk=three_jobs[0].pk)
+    assert old.log_lines == 1
+    assert logs.read_lines(old.pk) == [logs.Line(0, 0, "s", LogLine.objects.get(job=old).text)]
+
+
 def test_logs_are_kept_forever_by_default_and_prune_logs_says_how_to_set_a_limit(three_jobs, settings):
     assert settings.TRAINHUB_LOG_RETENTION_DAYS == 0
-    assert retention.prune_by_age() == 0 and retention.prune_if_due() == 0
+    assert retention.prune_by_age() == (0, False) and retention.prune_if_due() == 0
     with pytest.raises(CommandError, match="TRAINHUB_LOG_RETENTION_DAYS"):
         call_command("prune_logs")
     assert LogLine.objects.filter(job=three_jobs[0]).count() == 3_000

@@ -83,9 +83,10 @@ def enforce(job_id: int, next_seq: int, limit: int, pool: str = "") -> int:
 
 #: the line that stands at seq 0 of a log deleted by age (``prune_by_age``)
 PRUNED = "✂ this job's log was deleted"
-PRUNE_JOBS = 100  # jobs per sweep, so one sweep never holds the database for long
-PRUNE_EVERY_SECONDS = 3600
-_last_sweep: list[float | None] = [None]
+PRUNE_JOBS = 100  # jobs per sweep at most ...
+PRUNE_LINES = 1_000_000  # ... and about this many lines, so one sweep never holds the database for long
+PRUNE_EVERY_SECONDS = 3600  # between sweeps of one process; 60 s while old logs are left over
+_next_sweep: list[float] = [0.0]
 
 
 def pruned_note(job_id: int) -> str:
@@ -94,33 +95,37 @@ def pruned_note(job_id: int) -> str:
     return text if text and text.startswith(PRUNED) else ""
 
 
-def prune_by_age(days: int | None = None, now=None, limit: int = PRUNE_JOBS) -> int:
-    """Delete the log lines of up to ``limit`` jobs that ended more than ``days`` days ago
-    (``TRAINHUB_LOG_RETENTION_DAYS``; 0 = never), leaving one marker line at seq 0; the job, its
-    status, events, metrics and files stay. Returns how many jobs' logs were deleted."""
+def prune_by_age(days: int | None = None, now=None) -> tuple[int, bool]:
+    """Delete the log lines of jobs that ended more than ``days`` days ago (``TRAINHUB_LOG_RETENTION_DAYS``;
+    0 = never), oldest first, up to ``PRUNE_JOBS`` jobs or ``PRUNE_LINES`` lines; each keeps one marker line
+    at seq 0 (its ``log_lines`` becomes 1, so it is not looked at again, and a live stream of it shows the
+    marker); the job, its status, history, metrics and files stay. Returns (jobs pruned, whether more wait)."""
     days = settings.TRAINHUB_LOG_RETENTION_DAYS if days is None else days
     if not days:
-        return 0
+        return 0, False
     now = now or timezone.now()
-    done = LogLine.objects.filter(seq=0, stream="s", text__startswith=PRUNED).values("job_id")
-    jobs = list(Job.objects.filter(status__in=FINAL, finished_at__lt=now - timedelta(days=days), log_lines__gt=0)
-                .exclude(pk__in=done).order_by("finished_at").values_list("pk", "log_lines", "finished_at")[:limit])
-    for job_id, lines, finished in jobs:
+    jobs = list(Job.objects.filter(status__in=FINAL, finished_at__lt=now - timedelta(days=days), log_lines__gt=1)
+                .order_by("finished_at").values_list("pk", "log_lines", "finished_at")[:PRUNE_JOBS + 1])
+    deleted = 0
+    for done, (job_id, lines, finished) in enumerate(jobs):
+        if done == PRUNE_JOBS or (done and deleted + lines > PRUNE_LINES):
+            return done, True
         for lo in range(0, lines, CHUNK):
-            LogLine.objects.filter(job_id=job_id, seq__gte=lo, seq__lt=lo + CHUNK).delete()
+            deleted += LogLine.objects.filter(job_id=job_id, seq__gte=lo, seq__lt=lo + CHUNK).delete()[0]
         LogLine.objects.filter(job_id=job_id, seq__gte=lines).delete()  # any written past the count
         text = (f"{PRUNED} on {now:%Y-%m-%d}: TRAINHUB_LOG_RETENTION_DAYS keeps a log {days} days after its job "
                 f"ends, and this one ended on {finished:%Y-%m-%d} ({lines:,} lines). Its status, history, "
                 f"metrics and files are kept.")
         LogLine.objects.update_or_create(job_id=job_id, seq=0, defaults={"stream": "s", "rank": 0, "text": text})
-    return len(jobs)
+        Job.objects.filter(pk=job_id).update(log_lines=1)
+    return len(jobs), False
 
 
 def prune_if_due() -> int:
-    """``prune_by_age`` at most once an hour per process (the workers' heartbeat calls it)."""
-    if not settings.TRAINHUB_LOG_RETENTION_DAYS:
+    """``prune_by_age`` at most once an hour per process (the workers' heartbeat calls it), every minute
+    while a sweep leaves old logs over; returns the jobs pruned."""
+    if not settings.TRAINHUB_LOG_RETENTION_DAYS or time.monotonic() < _next_sweep[0]:
         return 0
-    if _last_sweep[0] is not None and time.monotonic() - _last_sweep[0] < PRUNE_EVERY_SECONDS:
-        return 0
-    _last_sweep[0] = time.monotonic()
-    return prune_by_age()
+    pruned, more = prune_by_age()
+    _next_sweep[0] = time.monotonic() + (60 if more else PRUNE_EVERY_SECONDS)
+    return pruned

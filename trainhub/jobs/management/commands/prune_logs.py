@@ -19,10 +19,8 @@ class Command(BaseCommand):
         days = settings.TRAINHUB_LOG_RETENTION_DAYS if days is None else days
         if days < 1:
             raise CommandError("set --days N (at least 1) or TRAINHUB_LOG_RETENTION_DAYS: logs are kept forever by default")
-        total = 0
-        while True:
-            pruned = retention.prune_by_age(days)
+        total, more = 0, True
+        while more:
+            pruned, more = retention.prune_by_age(days)
             total += pruned
-            if pruned < retention.PRUNE_JOBS:
-                break
         self.stdout.write(f"deleted the logs of {total} job(s) that ended more than {days} days ago")
