@@ -11,6 +11,8 @@ are further points not stored, and the note says that instead.
 
 The count is kept by the process that stores a job's metrics (its worker), read from the database
 once and checked against it again only when it passes the cap, so a batch costs no ``COUNT(*)``.
+Halving 500,000 points took 3.3 s on SQLite and 3.4 s on PostgreSQL (2-core machine at load ~5);
+it comes once per 250,000 new points of a job, and on SQLite other writers wait for it meanwhile.
 """
 from __future__ import annotations
 
