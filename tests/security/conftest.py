@@ -53,3 +53,23 @@ def fill(route: str, values: dict) -> str | None:
     if any(name not in values for name in re.findall(r"<(?:\w+:)?(\w+)>", route)):
         return None
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), route)
+
+
+@pytest.fixture
+def finished_script_job(start_worker, cpu_pool, user, tmp_path):
+    """Run ``source`` as a script job of ``user`` on a real CPU worker and return the job once it ended."""
+    from tests.conftest import wait_for
+    from trainhub.jobs.models import Job
+    from trainhub.jobs.services import job_submit
+    from trainhub.pools.models import Workspace
+
+    def run(workspace: str, source: str, timeout: float = 120):
+        (tmp_path / workspace).mkdir()
+        (tmp_path / workspace / "job.py").write_text(source)
+        Workspace.objects.create(name=workspace, path=str(tmp_path / workspace))
+        start_worker("cpu")
+        job = job_submit(owner=user, data={"mode": "script", "script": {"workspace": workspace, "entry": "job.py"}})
+        return wait_for(lambda: Job.objects.filter(pk=job.pk, status__in=["succeeded", "failed"]).first(),
+                        timeout=timeout, message=f"the {workspace} job to end")
+
+    return run

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import wait_for
-
 pytestmark = pytest.mark.slow
 
 WRITER = """
@@ -20,21 +18,12 @@ print("events written", flush=True)
 """
 
 
-def test_a_metrics_flood_and_an_oversized_event_are_cut_and_later_events_still_arrive(start_worker, cpu_pool,
-                                                                                       user, tmp_path):
-    from trainhub.jobs.models import Job, Metric
-    from trainhub.jobs.services import job_submit
-    from trainhub.pools.models import Workspace
+def test_a_metrics_flood_and_an_oversized_event_are_cut_and_later_events_still_arrive(finished_script_job):
+    from trainhub.jobs.models import Metric
 
-    (tmp_path / "events").mkdir()
-    (tmp_path / "events" / "write.py").write_text(WRITER)
-    Workspace.objects.create(name="events", path=str(tmp_path / "events"))
-    start_worker("cpu")
-    job = job_submit(owner=user, data={"mode": "script", "script": {"workspace": "events", "entry": "write.py"}})
-    done = wait_for(lambda: Job.objects.filter(pk=job.pk, status__in=["succeeded", "failed"]).first(),
-                    timeout=120, message="the job writing events to end")
+    done = finished_script_job("events", WRITER)
     assert done.status == "succeeded", done.error
-    stored = Metric.objects.filter(job_id=job.pk)
+    stored = Metric.objects.filter(job_id=done.pk)
     assert stored.filter(step=1).count() == 1_000  # not 200,000 rows
     assert list(stored.filter(step=2).values_list("name", "value")) == [("loss", 0.5)]
     assert not stored.filter(name="huge").exists()

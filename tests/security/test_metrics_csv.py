@@ -19,20 +19,11 @@ print("wrote metrics", flush=True)
 
 
 @pytest.mark.slow
-def test_metric_names_that_spreadsheets_run_as_formulas_are_quoted_in_the_csv(
-        start_worker, cpu_pool, user, user_client, tmp_path):
-    from trainhub.jobs.models import Job, Metric
-    from trainhub.jobs.services import job_submit
-    from trainhub.pools.models import Workspace
+def test_metric_names_that_spreadsheets_run_as_formulas_are_quoted_in_the_csv(finished_script_job, user_client):
+    from trainhub.jobs.models import Metric
 
-    (tmp_path / "csv").mkdir()
-    (tmp_path / "csv" / "job.py").write_text(HOSTILE_EVENTS)
-    Workspace.objects.create(name="csv", path=str(tmp_path / "csv"))
-    start_worker("cpu")
-    job = job_submit(owner=user, data={"mode": "script", "script": {"workspace": "csv", "entry": "job.py"}})
-    done = wait_for(lambda: Job.objects.filter(pk=job.pk, status__in=["succeeded", "failed"]).first(),
-                    timeout=120, message="the job to finish")
-    assert done.status == "succeeded", done.error
+    job = finished_script_job("csv", HOSTILE_EVENTS)
+    assert job.status == "succeeded", job.error
     wait_for(lambda: Metric.objects.filter(job_id=job.pk).count() == 5, timeout=30, message="the metrics")
 
     response = user_client.get(f"/jobs/{job.pk}/metrics.csv")
