@@ -195,6 +195,9 @@ TRAINHUB_LOG_RETENTION = envstr("TRAINHUB_LOG_RETENTION", "*=1000000")
 TRAINHUB_LOG_MAX_BYTES = envint("TRAINHUB_LOG_MAX_BYTES", 100 * 1024 * 1024, minimum=0)
 # Bytes a job's run directory may hold on disk (checked by its worker; past it the job fails). 0 = no cap.
 TRAINHUB_RUN_DIR_MAX_BYTES = envint("TRAINHUB_RUN_DIR_MAX_BYTES", 0, minimum=0)
+# Size of a sandboxed job's private /tmp, a tmpfs (memory; not counted against the cap above, it goes
+# with the job). 0 = the kernel's default, half the host's memory (workers/sandbox.py).
+TRAINHUB_SANDBOX_TMP_BYTES = envint("TRAINHUB_SANDBOX_TMP_BYTES", 4 * 1024 ** 3, minimum=0)
 # Live log streams (SSE) per web process: open per user, open in all, and the seconds one stays open
 # before the browser reconnects (transparently, from Last-Event-ID).
 TRAINHUB_SSE_MAX_PER_USER = envint("TRAINHUB_SSE_MAX_PER_USER", 24, minimum=1)
@@ -203,6 +206,15 @@ TRAINHUB_SSE_MAX_SECONDS = envint("TRAINHUB_SSE_MAX_SECONDS", 3600, minimum=1)
 # A finished job's log over the live stream: at most its newest this many lines per connection, the
 # rest announced by a ``skipped`` event and served a page at a time (trainhub/jobs/views/stream.py).
 TRAINHUB_SSE_FINISHED_LINES = envint("TRAINHUB_SSE_FINISHED_LINES", 5000, minimum=1)
+# ... and of a running one too: a client that catches up gets at most that many lines and this many
+# characters of backlog per catch-up (trainhub/jobs/views/catchup.py).
+TRAINHUB_SSE_CATCHUP_BYTES = envint("TRAINHUB_SSE_CATCHUP_BYTES", 8 * 1024 * 1024, minimum=65536)
+# Metric points stored per job; past it each series is thinned to every other point (first and last
+# kept) and the page and API say so (trainhub/jobs/metriccap.py).
+TRAINHUB_METRIC_MAX_POINTS = envint("TRAINHUB_METRIC_MAX_POINTS", 500_000, minimum=1000)
+# Days a finished job keeps its log lines; older logs are deleted by the workers' hourly sweep or
+# `manage.py prune_logs`, the job, its status and metrics kept (trainhub/jobs/retention.py). 0 = forever.
+TRAINHUB_LOG_RETENTION_DAYS = envint("TRAINHUB_LOG_RETENTION_DAYS", 0, minimum=0)
 # Memory of one web process for live logs: recent text kept per job (its hub), and rendered frames
 # shared by all viewers; past them lines come from the database again (trainhub/jobs/views/stream.py).
 TRAINHUB_SSE_JOB_BUFFER_BYTES = envint("TRAINHUB_SSE_JOB_BUFFER_BYTES", 8 * 1024 * 1024, minimum=65536)

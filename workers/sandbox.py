@@ -3,7 +3,7 @@ environment, built from plain values (no namespace is needed to build them, so t
 
 What the job sees: the system (/usr, /etc's few files a program needs), the Python environment and
 the project read-only; the workspace and the spec's data roots read-only; its own run directory
-read-write; a private /tmp; no other run directory and no var/ (tmpfs over them); only its leased
+read-write; a private /tmp (a tmpfs of at most ``TRAINHUB_SANDBOX_TMP_BYTES``, gone with the job); no other run directory and no var/ (tmpfs over them); only its leased
 GPUs' device nodes; no network unless allowed (a gang shares the host's, for the rendezvous); and
 only the environment variables of ``allowed_env``. ``docs/SECURITY.md`` names each property's test.
 """
@@ -82,6 +82,14 @@ class Plan:
     network: bool = False
     device_dir: Path = Path("/dev")
     pythons: tuple[Path, ...] = ()
+    tmp_bytes: int | None = None  # the size of its private /tmp; None: TRAINHUB_SANDBOX_TMP_BYTES, 0: no size
+
+
+def tmp_bytes() -> int:
+    """``TRAINHUB_SANDBOX_TMP_BYTES``: the size of a sandboxed job's private /tmp (a tmpfs, in memory)."""
+    from django.conf import settings
+
+    return settings.TRAINHUB_SANDBOX_TMP_BYTES
 
 
 def python_roots() -> tuple[Path, ...]:
@@ -104,7 +112,10 @@ def argv(plan: Plan) -> list[str]:
     if not plan.network:
         cmd.append("--unshare-net")
     cmd += _system(plan.network)
-    cmd += ["--tmpfs", "/tmp"]  # first: Python, the project or the run directory may live under /tmp (a CI clone)
+    # first: Python, the project or the run directory may live under /tmp (a CI clone); sized, since a
+    # tmpfs is memory: a job filling /tmp must not take the host's RAM from the jobs beside it
+    size = tmp_bytes() if plan.tmp_bytes is None else plan.tmp_bytes
+    cmd += [*(["--size", str(size)] if size else []), "--tmpfs", "/tmp"]
     for root in _roots(plan.pythons) + _roots((plan.project,)):
         cmd += _ro(root)
     # a data root above the runs root or var/ must not show them: hidden trees go over such roots,

@@ -49,6 +49,8 @@
   }
 
   function progress(p) {
+    var note = document.getElementById("metrics-note");
+    if (note && p.metrics_note) { note.textContent = p.metrics_note; note.hidden = false; }
     if (!p.total_steps) return;
     document.querySelectorAll("progress.job-progress").forEach(function (b) { b.value = Math.min(1, p.step / p.total_steps); });
     document.querySelectorAll(".job-steps").forEach(function (s) { s.textContent = "step " + p.step + "/" + p.total_steps; });

@@ -22,19 +22,20 @@
   function say(text) { if (state) state.textContent = text; }
   function atBottom() { return log.scrollHeight - log.scrollTop - log.clientHeight < 40; }
 
-  function olderButton(before) {
-    var url = new URL(log.dataset.olderUrl || streamUrl.href.replace("/logs/stream", "/logs/page"), location.href);
+  function olderButton(before, href) {
+    var url = new URL(href || log.dataset.olderUrl || streamUrl.href.replace("/logs/stream", "/logs/page"), location.href);
     url.searchParams.delete("after");
     url.searchParams.set("before", before);
     var old = log.querySelector(":scope > a.older");
     if (old) old.remove();
+    var note = log.querySelector(":scope > .skipped"); // the button goes below a skipped-lines notice
     var a = document.createElement("a");
     a.className = "button older";
     a.textContent = "Load older lines";
     a.href = url.pathname + url.search;
     a.setAttribute("hx-get", a.href);
     a.setAttribute("hx-swap", "outerHTML");
-    log.insertBefore(a, log.firstChild);
+    log.insertBefore(a, note ? note.nextSibling : log.firstChild);
     if (window.htmx) window.htmx.process(a);
   }
 
@@ -96,13 +97,26 @@
       source.addEventListener(name, function (event) { relay(name, JSON.parse(event.data)); });
     });
     source.addEventListener("skipped", function (event) {
-      // A finished job's log is sent only from its newest lines: what lies between the rows on
-      // screen and those is left to "Load older lines" (a page at a time), not replayed here.
+      // A client far behind (a finished job, or a running one after a long pause or disconnect) is
+      // sent only the newest lines: what lies between the rows on screen and those is announced
+      // here and left to "Load older lines" (a page at a time), not replayed.
       var info = JSON.parse(event.data);
       flush();
-      log.querySelectorAll(":scope > .line, :scope > a.older").forEach(function (row) { row.remove(); });
+      log.querySelectorAll(":scope > .line, :scope > a.older, :scope > .skipped").forEach(function (row) { row.remove(); });
       lastSeq = info.last;
-      olderButton(info.last + 1);
+      var note = document.createElement("p");
+      note.className = "skipped";
+      note.setAttribute("role", "status");
+      note.textContent = "Lines " + info.first.toLocaleString() + "–" + info.last.toLocaleString() + " (" +
+        (info.last - info.first + 1).toLocaleString() + ") are not replayed here; the newest lines follow. ";
+      var whole = document.createElement("a");
+      whole.href = streamUrl.pathname.replace("/logs/stream", "/logs/download");
+      whole.textContent = "download the whole log";
+      note.appendChild(document.createTextNode("Load older lines below reads them a page at a time, or "));
+      note.appendChild(whole);
+      note.appendChild(document.createTextNode("."));
+      log.insertBefore(note, log.firstChild);
+      olderButton(info.last + 1, info.older_url);
     });
     source.addEventListener("end", function (event) {
       flush();

@@ -101,6 +101,8 @@ class MetricPoint(Schema):
 
 class Metrics(Schema):
     series: dict[str, list[MetricPoint]]
+    #: why fewer points are stored than the job logged (thinned past TRAINHUB_METRIC_MAX_POINTS), else ""
+    note: str = ""
 
 
 class FileOut(Schema):

@@ -92,4 +92,5 @@ def job_logs(request, job_id: int, after: int = -1, limit: int = Query(1000, ge=
 def job_metrics(request, job_id: int):
     job = _job(request, job_id)
     series = logs.metric_series(job.pk)
-    return {"series": {k: [{"step": s, "value": v} for s, v in pts] for k, pts in series.items()}}
+    return {"series": {k: [{"step": s, "value": v} for s, v in pts] for k, pts in series.items()},
+            "note": job.metrics_note}

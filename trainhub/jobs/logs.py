@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from trainhub.jobs import metriccap
 from trainhub.jobs.models import Job, LogLine, Metric
 
 log = logging.getLogger(__name__)
@@ -266,9 +267,13 @@ def record_metrics(job_id: int, step: int, values: dict[str, float]) -> None:
 
 def record_metric_rows(job_id: int, steps: list[tuple[int, dict[str, float]]]) -> None:
     """Store the metrics of several steps in one statement (idempotent per step and name): the
-    executor reads a second of a job's events at a time, often a dozen metrics events."""
-    Metric.objects.bulk_create([Metric(job_id=job_id, step=step, name=k[:100], value=v)
-                                for step, values in steps for k, v in values.items()], ignore_conflicts=True)
+    executor reads a second of a job's events at a time, often a dozen metrics events. Past
+    ``TRAINHUB_METRIC_MAX_POINTS`` points the job's series are thinned (``metriccap``)."""
+    if metriccap.full(job_id):
+        return
+    rows = [Metric(job_id=job_id, step=step, name=k[:100], value=v) for step, values in steps for k, v in values.items()]
+    Metric.objects.bulk_create(rows, ignore_conflicts=True)
+    metriccap.stored(job_id, len(rows))
 
 
 def record_progress(job_id: int, step: int, total_steps: int) -> None:

@@ -71,6 +71,9 @@ class Job(models.Model):
     step = models.PositiveIntegerField(default=0)
     total_steps = models.PositiveIntegerField(default=0)
     log_lines = models.PositiveIntegerField(default=0)
+    metrics_note = models.CharField(max_length=300, blank=True,
+                                    help_text="why fewer metric points are stored than the job logged (thinned past "
+                                              "TRAINHUB_METRIC_MAX_POINTS), shown on its page")
 
     class Meta:
         ordering = ["-id"]

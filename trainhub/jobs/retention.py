@@ -8,18 +8,24 @@ lines, or one retried many times, stores many more; a million lines is about wha
 ordinary (~100-byte) log lines make, so a job within one attempt's byte cap keeps everything.
 The executor cuts while the job runs; the worker cuts once more when it ends. A job over its cap keeps its
 first lines and its newest ones; the cut middle is replaced by one system line, the marker,
-at the first cut seq: "✂ lines A–B were cut ...". Seqs never change, so permalinks to kept
+at the first cut seq: "✂ lines A–B were cut ...".
+By age as well, when ``TRAINHUB_LOG_RETENTION_DAYS`` is set: a job that ended longer ago loses its
+log lines (``prune_by_age``: the workers' heartbeat, hourly, or ``manage.py prune_logs``), one marker
+line at seq 0 saying so; its status, history, metrics and files stay. Seqs never change, so permalinks to kept
 lines stay valid, and readers that meet the hole (the SSE stream) use the marker to know it
 is a cut and not a write still in flight.
 """
 from __future__ import annotations
 
 import re
+import time
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
 
-from trainhub.jobs.models import LogLine
+from trainhub.jobs.models import FINAL, Job, LogLine
 from trainhub.pools.models import LOG_RETENTION_MINIMUM as MINIMUM
 HEAD = 1_000  # first lines always kept (how the run started)
 CHUNK = 50_000  # rows per DELETE, so a big cut never holds the database for long
@@ -73,3 +79,53 @@ def enforce(job_id: int, next_seq: int, limit: int, pool: str = "") -> int:
             f"(pool {pool or '?'} keeps {limit:,} lines per job: the first {head:,} and the newest)")
     LogLine.objects.update_or_create(job_id=job_id, seq=head, defaults={"stream": "s", "rank": 0, "text": text})
     return deleted
+
+
+#: the line that stands at seq 0 of a log deleted by age (``prune_by_age``)
+PRUNED = "✂ this job's log was deleted"
+PRUNE_JOBS = 100  # jobs per sweep at most ...
+PRUNE_LINES = 1_000_000  # ... and about this many lines, so one sweep never holds the database for long
+PRUNE_EVERY_SECONDS = 3600  # between sweeps of one process; 60 s while old logs are left over
+_next_sweep: list[float] = [0.0]
+
+
+def pruned_note(job_id: int) -> str:
+    """The marker of a log deleted by age, or "" when the job's log is there."""
+    text = LogLine.objects.filter(job_id=job_id, seq=0, stream="s").values_list("text", flat=True).first()
+    return text if text and text.startswith(PRUNED) else ""
+
+
+def prune_by_age(days: int | None = None, now=None) -> tuple[int, bool]:
+    """Delete the log lines of jobs that ended more than ``days`` days ago (``TRAINHUB_LOG_RETENTION_DAYS``;
+    0 = never), oldest first, up to ``PRUNE_JOBS`` jobs or ``PRUNE_LINES`` lines; each keeps one marker line
+    at seq 0 (its ``log_lines`` becomes 1, so it is not looked at again, and a live stream of it shows the
+    marker); the job, its status, history, metrics and files stay. Returns (jobs pruned, whether more wait)."""
+    days = settings.TRAINHUB_LOG_RETENTION_DAYS if days is None else days
+    if not days:
+        return 0, False
+    now = now or timezone.now()
+    jobs = list(Job.objects.filter(status__in=FINAL, finished_at__lt=now - timedelta(days=days), log_lines__gt=1)
+                .order_by("finished_at").values_list("pk", "log_lines", "finished_at")[:PRUNE_JOBS + 1])
+    deleted = 0
+    for done, (job_id, lines, finished) in enumerate(jobs):
+        if done == PRUNE_JOBS or (done and deleted + lines > PRUNE_LINES):
+            return done, True
+        for lo in range(0, lines, CHUNK):
+            deleted += LogLine.objects.filter(job_id=job_id, seq__gte=lo, seq__lt=lo + CHUNK).delete()[0]
+        LogLine.objects.filter(job_id=job_id, seq__gte=lines).delete()  # any written past the count
+        text = (f"{PRUNED} on {now:%Y-%m-%d}: TRAINHUB_LOG_RETENTION_DAYS keeps a log {days} days after its job "
+                f"ends, and this one ended on {finished:%Y-%m-%d} ({lines:,} lines). Its status, history, "
+                f"metrics and files are kept.")
+        LogLine.objects.update_or_create(job_id=job_id, seq=0, defaults={"stream": "s", "rank": 0, "text": text})
+        Job.objects.filter(pk=job_id).update(log_lines=1)
+    return len(jobs), False
+
+
+def prune_if_due() -> int:
+    """``prune_by_age`` at most once an hour per process (the workers' heartbeat calls it), every minute
+    while a sweep leaves old logs over; returns the jobs pruned."""
+    if not settings.TRAINHUB_LOG_RETENTION_DAYS or time.monotonic() < _next_sweep[0]:
+        return 0
+    pruned, more = prune_by_age()
+    _next_sweep[0] = time.monotonic() + (60 if more else PRUNE_EVERY_SECONDS)
+    return pruned

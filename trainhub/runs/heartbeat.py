@@ -12,6 +12,7 @@ import time
 
 from django.db import close_old_connections
 
+from trainhub.jobs import retention
 from trainhub.jobs.models import FINAL
 from trainhub.pools import registry
 from trainhub.pools.models import Worker
@@ -47,6 +48,7 @@ def _beat(hostname: str) -> None:
             registry.heartbeat(hostname)
             jobs_reconcile()
             leases_sweep()
+            retention.prune_if_due()  # TRAINHUB_LOG_RETENTION_DAYS: hourly, a bounded batch
         except DB_ERRORS as exc:  # the database is briefly away: next beat
             if failing_since is None:  # once per outage, not a traceback every beat
                 failing_since = time.monotonic()

@@ -61,7 +61,7 @@ class PageWatch:
         self.keys = {
             "status": (job.status, job.error, job.exit_code, job.attempt, job.worker_id, bool(job.total_steps),
                        leases, job.waiting_reason),
-            "progress": (job.status, job.step, job.total_steps),
+            "progress": (job.status, job.step, job.total_steps, job.metrics_note),
             "history": JobEvent.objects.filter(job_id=job.pk).aggregate(last=Max("pk"))["last"],
             # names only: a growing file's size is not worth a message a second; the final status re-sends
             "files": (job.status, tuple(c["name"] for c in runfiles.checkpoints(job.pk)),

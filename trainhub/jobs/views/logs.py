@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET
 
-from trainhub.jobs import ansi, logs
+from trainhub.jobs import ansi, logs, retention
 from trainhub.jobs.models import Job, Metric
 from trainhub.jobs.services import jobs_visible_to
 from trainhub.jobs.views import int_param, job_for_user
@@ -57,6 +57,7 @@ def log_window(request: HttpRequest, job: Job) -> dict:
                       if not following and lines else None),
         "stream_url": f"{reverse('job_log_stream', args=[job.pk])}?{_query(filters, after=last)}",
         "last_seq": last, "ranks": list(range(max(1, _world_size(job)))),
+        "log_pruned": "" if job.is_active else retention.pruned_note(job.pk),
     }
 
 
@@ -189,7 +190,7 @@ def progress_payload(job: Job, first=None) -> dict:
             pace = (timezone.now() - first[1]).total_seconds() / (job.step - first[0])
             eta = pace * max(0, job.total_steps - job.step)
     return {"status": job.status, "active": job.is_active, "step": job.step, "total_steps": job.total_steps,
-            "elapsed_seconds": elapsed, "eta_seconds": eta}
+            "elapsed_seconds": elapsed, "eta_seconds": eta, "metrics_note": job.metrics_note}
 
 
 @login_required

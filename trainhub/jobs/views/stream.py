@@ -8,11 +8,11 @@ The sequence sent is gap-free and duplicate-free: a line is sent only when it is
 the next seq, and a jump forward is filled from the database first. When the job is
 final and every stored line has been sent, an ``end`` event closes the stream.
 
-A finished job's stored log is not replayed in full per connection: a client more than
-``TRAINHUB_SSE_FINISHED_LINES`` lines behind its end gets a ``skipped`` event (``{first, last,
-older_url}``: the seqs left out and the page that serves them, ``/jobs/ID/logs/page?before=``)
-and then only the newest lines. So a connection to a finished 100,000-line log reads and sends
-at most that many rows, whoever opens it and however often; the rest is there a page at a time.
+A stored log is not replayed in full per connection: a client that (re)connects
+more than ``TRAINHUB_SSE_FINISHED_LINES`` lines or ``TRAINHUB_SSE_CATCHUP_BYTES`` behind the
+newest line — of a finished job, or of a running one — gets a ``skipped`` event (``{first, last,
+older_url}``) and then only the newest lines, then live ones (``catchup.py``). So a connection to a
+100,000-line log reads and sends at most that much backlog, however often it is opened.
 
 ``?channel=page`` is the job page's one live channel: the same stream also carries named
 events ``status``, ``progress``, ``history``, ``metrics`` and ``files`` (see ``live.py``),
@@ -47,7 +47,7 @@ from django.urls import reverse
 
 from trainhub.jobs import ansi, logs, retention
 from trainhub.jobs.models import FINAL, Job
-from trainhub.jobs.views import int_param, job_for_user, live
+from trainhub.jobs.views import catchup, int_param, job_for_user, live
 
 log = logging.getLogger(__name__)
 BLOCK_MS = 1000
@@ -227,7 +227,7 @@ class Follower:
         self.lines = lines
         self.page = page
         self.seen_epoch = None  # the hub's epoch this client last filled from the database for
-        self.tail_checked = False  # a finished job: whether the cursor was moved up to its last lines
+        self.opening = True  # no line read yet on this connection: the catch-up bound applies
 
     def frame(self, line: logs.Line) -> str:
         self.cursor = line.seq
@@ -260,28 +260,18 @@ class Follower:
             out.append(self.frame(line))
         return [f for f in out if f], len(lines) == DB_BATCH
 
-    async def skip_to_tail(self) -> str:
-        """A finished job's log: if the client is more than ``TRAINHUB_SSE_FINISHED_LINES`` lines behind
-        its end, move the cursor up to them and say what was left out (a ``skipped`` event)."""
-        self.tail_checked = True
-        last = await sync_to_async(logs.next_seq, thread_sensitive=False)(self.job_id) - 1
-        keep = settings.TRAINHUB_SSE_FINISHED_LINES
-        if last - self.cursor <= keep:
-            return ""
-        first, self.cursor = self.cursor + 1, last - keep
-        query = "&".join(f"{k}={v}" for k, v in (("rank", self.rank), ("stream", self.stream)) if v is not None)
-        older = f"{reverse('job_log_page', args=[self.job_id])}?before={self.cursor + 1}" + (f"&{query}" if query else "")
-        return f"event: skipped\ndata: {json.dumps({'first': first, 'last': self.cursor, 'older_url': older})}\n\n"
-
     async def line_frames(self, hub: Hub, final: bool):
-        """The lines after the cursor: from the hub when it holds them, else the database first."""
-        if final and not self.tail_checked:
-            skipped = await self.skip_to_tail()
-            if skipped:
-                yield skipped
+        """The lines after the cursor: from the hub when it holds them, else the database first,
+        from where ``catchup`` says (a far-behind client skips to the newest lines)."""
         recent = None if final or not hub.live or hub.epoch != self.seen_epoch else hub.after(self.cursor)
         if recent is None:
             epoch = hub.epoch
+            if self.opening:  # (re)connecting: a far-behind client starts from the newest lines
+                self.opening = False
+                start = await sync_to_async(catchup.catch_up_from, thread_sensitive=False)(self.job_id, self.cursor)
+                if start > self.cursor:
+                    yield catchup.skipped_frame(self.job_id, self.cursor + 1, start, self.rank, self.stream)
+                    self.cursor = start
             more = True
             while more:
                 batch, more = await self.backfill(strict=not final)
