@@ -84,7 +84,7 @@ def role(proc: psutil.Process) -> str:
         return "guard"
     if cmd and cmd[0].endswith("bwrap"):
         return "bwrap"
-    if "torch.distributed.run" in text or "torchrun" in text:
+    if "torch.distributed.run" in text or "torchrun" in text or "fastexit.py" in text:  # launch.FAST_TORCHRUN
         return "torchrun"
     if "workers.runner" in text:
         return "rank"
