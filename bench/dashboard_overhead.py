@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench import record  # noqa: E402
+from bench import job_phases, record  # noqa: E402
 from bench.api import Web  # noqa: E402
 from bench.runner_overhead import BARE  # noqa: E402  the same single-process training
 
@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--sandbox", choices=["required", "off"], default="required",
                         help="the pool's sandbox (workers/sandbox.py): its cost, by running both")
     ns = parser.parse_args()
+    load_at_start = list(os.getloadavg())
     tmp = Path(tempfile.mkdtemp(prefix="trainhub-overhead-"))
     from tests.conftest import RedisServer
 
@@ -142,10 +143,15 @@ def main() -> None:
     print(f"| one process | {med['bare']:.2f} s | {med['dash']:.2f} s | {med['dash'] / med['bare']:.2f}x |")
     print(f"| DDP, 2 ranks (gloo) | {med['bare_ddp']:.2f} s | {med['dash_ddp']:.2f} s | "
           f"{med['dash_ddp'] / med['bare_ddp']:.2f}x |")
+    phases = job_phases.medians(job_phases.phases(tmp))  # where the dashboard side's seconds went
+    for name, values in phases.items():
+        print(f"\n{name}: " + " ".join(f"{k}={v:.2f}" for k, v in values.items()))
+    print(f"\nvar dir (bench/job_phases.py reads it): {tmp}")
     record.write("dashboard_overhead", {
         "samples": ns.samples, "epochs": ns.epochs, "batch": ns.batch, "repeats": ns.repeats, "sandbox": ns.sandbox,
         "submit": "HTTP POST /api/jobs (API token) -> final status", "seconds": rows,
-        "median_s": med, "ratio_one_process": med["dash"] / med["bare"], "ratio_ddp_2_ranks": med["dash_ddp"] / med["bare_ddp"]})
+        "median_s": med, "ratio_one_process": med["dash"] / med["bare"], "ratio_ddp_2_ranks": med["dash_ddp"] / med["bare_ddp"],
+        "phases_median_s": phases, "var_dir": str(tmp), "load_at_start": load_at_start})
 
 
 if __name__ == "__main__":
