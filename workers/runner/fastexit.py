@@ -6,7 +6,7 @@
 After training, a normal exit spends seconds on nothing a job needs: Python's finalization walks
 and frees every object of torch, NumPy, scikit-learn and pydantic (full garbage collections over
 the whole module graph, then libtorch's operator registry unwinding), all of it CPU. Measured on
-the 2-core development machine (docs/BENCHMARKS.md, "Where a DDP job's last seconds go"): 1.1 s
+the 2-core development machine (docs/BENCHMARKS.md, "Where a job's last seconds go"): 1.1 s
 for a one-process runner, 1.5–2.1 s per rank of a 2-rank DDP job and 0.8–1.5 s for torchrun after
 its ranks were gone — seconds that lie between the runner's ``end`` event and the job's final status.
 
