@@ -87,7 +87,7 @@ def start(spec, run_dir: Path, env_extra: dict, *, in_ns: bool, tag: str = "", *
     env = {**launch.env(spec, run_dir), "OMP_NUM_THREADS": "1", **env_extra}
     argv = launch.argv(spec, config, run_dir, **kwargs)
     if kwargs.get("node_rank") == 0:  # torchrun hosts the c10d store only where the endpoint is the hostname's
-        at = argv.index("torch.distributed.run") + 1
+        at = argv.index(str(launch.FAST_TORCHRUN)) + 1
         argv[at:at] = ["--rdzv-conf", "is_host=1"]
     if in_ns:
         argv = ["ip", "netns", "exec", NS, *argv]

@@ -18,13 +18,12 @@ bench/results/ (bench/record.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import statistics
 import subprocess
 import sys
-import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -33,39 +32,13 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench import record  # noqa: E402
-from bench.api import Web  # noqa: E402
+from bench.api import Dashboard, Web  # noqa: E402
+from bench import bare  # noqa: E402
 from bench.dashboard_overhead import BARE_DDP  # noqa: E402
 
 SAMPLE_SECONDS = 0.1
 
-BARE_DIGITS = textwrap.dedent("""
-    import sys
-    import numpy as np, torch, torch.nn.functional as F
-    from torch import nn
-    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-    from workers.runner.workloads.classify import load_arrays
-    epochs, batch = int(sys.argv[1]), int(sys.argv[2])
-    torch.manual_seed(0)
-    x, y = load_arrays("digits", 0, 0)
-    order = np.random.default_rng(0).permutation(len(x)); n_val = int(round(len(x) * 0.2))
-    tr, va = order[n_val:], order[:n_val]
-    mean, std = x[tr].mean(0), x[tr].std(0) + 1e-6; x = (x - mean) / std
-    train = TensorDataset(torch.from_numpy(x[tr]), torch.from_numpy(y[tr]))
-    val = TensorDataset(torch.from_numpy(x[va]), torch.from_numpy(y[va]))
-    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    sampler = DistributedSampler(train, num_replicas=1, rank=0, shuffle=True, seed=0)
-    loader = DataLoader(train, batch_size=batch, sampler=sampler)
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        for xb, yb in loader:
-            loss = F.cross_entropy(model(xb), yb)
-            loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-        with torch.no_grad():
-            acc = sum(int((model(a).argmax(-1) == b).sum()) for a, b in DataLoader(val, batch_size=batch)) / len(val)
-        print(f"epoch {epoch + 1} loss={loss.item():.3f} val_acc={acc:.3f}", flush=True)
-    torch.save(model.state_dict(), "model.pt")
-""")
+BARE_DIGITS = bare.DIGITS  # the default form's job by hand (bench/bare.py)
 
 
 def cpu(proc: psutil.Process) -> float:
@@ -84,7 +57,7 @@ def role(proc: psutil.Process) -> str:
         return "guard"
     if cmd and cmd[0].endswith("bwrap"):
         return "bwrap"
-    if "torch.distributed.run" in text or "torchrun" in text:
+    if "torch.distributed.run" in text or "torchrun" in text or "fastexit.py" in text:  # launch.FAST_TORCHRUN
         return "torchrun"
     if "workers.runner" in text:
         return "rank"
@@ -140,29 +113,10 @@ def main() -> None:
                              "than free cores, OpenMP's spin-waits dominate the CPU time of a small model)")
     ns = parser.parse_args()
     cases = ns.cases.split(",")
-    tmp = Path(tempfile.mkdtemp(prefix="trainhub-cpu-"))
-    from tests.conftest import RedisServer
-
-    redis = RedisServer(tmp)
-    redis.start()
-    env = {**os.environ, "TRAINHUB_VAR_DIR": str(tmp), "REDIS_URL": redis.url,
-           "DJANGO_SETTINGS_MODULE": "trainhub.settings", "OMP_NUM_THREADS": str(ns.threads)}
-    os.environ.update(env)
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    import django
-
-    django.setup()
-    from django.contrib.auth import get_user_model
-
-    from trainhub.jobs.models import Job
-    from trainhub.pools.models import WorkerPool
-
-    WorkerPool.objects.update_or_create(name="cpu", defaults={"kind": "cpu", "queue": "cpu", "sandbox": ns.sandbox})
-    user = get_user_model().objects.create_user("bench", password="bench-password")
-    # runworker execs celery: the Popen's pid is the worker's
-    worker = subprocess.Popen([sys.executable, "manage.py", "runworker", "--pool", "cpu", "--loglevel", "WARNING"],
-                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    stack = contextlib.ExitStack()  # closed after the runs: the worker stopped, then Redis
+    dash = stack.enter_context(Dashboard("trainhub-cpu-", sandbox=ns.sandbox,
+                                         env_extra={"OMP_NUM_THREADS": str(ns.threads)}))
+    tmp, env, user = dash.tmp, dash.env, dash.user
     (tmp / "bare_ddp.py").write_text(BARE_DDP)
     (tmp / "bare_digits.py").write_text(BARE_DIGITS)
     threads = ns.threads
@@ -177,7 +131,7 @@ def main() -> None:
                  "bare_ddp.py", str(ns.ddp_samples), str(ns.ddp_epochs), "64"], threads),
         "digits": ({"name": "cpu-digits", "mode": "centralized", "data": {"dataset": "digits"},
                     "model": {"name": "mlp"}, "train": {"epochs": ns.digits_epochs}},
-                   [sys.executable, "bare_digits.py", str(ns.digits_epochs), "64"], threads),
+                   [sys.executable, "bare_digits.py", "0", str(ns.digits_epochs), "64"], threads),
     }
 
     def bare(case: str) -> dict:
@@ -208,26 +162,19 @@ def main() -> None:
         watch.start()
         me = psutil.Process()
         mine = cpu(me)
-        started = time.perf_counter()
-        pk = web.submit(specs[case][0])
-        while Job.objects.filter(pk=pk, status__in=["queued", "running", "cancelling"]).exists():
-            watch.sample()
-            time.sleep(SAMPLE_SECONDS)
-        wall = time.perf_counter() - started
+        job, wall = web.run(specs[case][0], every=SAMPLE_SECONDS, while_waiting=watch.sample)
         time.sleep(0.5)  # the worker's last writes after the final status (drain, events)
         result = watch.stop()
         result["wall_s"] = wall
         result["bench_process_s"] = cpu(me) - mine  # polling and sampling: not the dashboard's
-        job = Job.objects.get(pk=pk)
-        assert job.status == "succeeded", job.error
         result["log_lines"] = job.log_lines
         return result
 
     rows: dict[str, list] = {f"{side}_{case}": [] for case in cases for side in ("bare", "dash")}
     try:
         with Web(env, user, tmp / "web.log") as web:
-            named = {"worker": psutil.Process(worker.pid), "web": psutil.Process(web.proc.pid),
-                     "redis": psutil.Process(redis.proc.pid)}
+            named = {"worker": psutil.Process(dash.worker.pid), "web": psutil.Process(web.proc.pid),
+                     "redis": psutil.Process(dash.redis.proc.pid)}
             watch = Watch(named, named["worker"])
             time.sleep(3)  # the worker connects
             dashboard(web, watch, cases[0])  # warm-up
@@ -236,9 +183,7 @@ def main() -> None:
                     rows[f"bare_{case}"].append(bare(case))
                     rows[f"dash_{case}"].append(dashboard(web, watch, case))
     finally:
-        os.killpg(worker.pid, 15)
-        worker.wait(30)
-        redis.stop()
+        stack.close()
     summary = {}
     for case in cases:
         dash, bare_rows = rows[f"dash_{case}"], rows[f"bare_{case}"]

@@ -14,43 +14,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench import bare  # noqa: E402
 
-BARE = textwrap.dedent("""
-    import sys, time
-    import torch, torch.nn.functional as F
-    from torch import nn
-    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-    from workers.runner.workloads.classify import load_arrays
-    import numpy as np
-    samples, epochs, batch = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    torch.manual_seed(0)
-    x, y = load_arrays("synthetic", samples, 0)
-    order = np.random.default_rng(0).permutation(len(x)); n_val = int(round(len(x) * 0.2))
-    tr, va = order[n_val:], order[:n_val]
-    mean, std = x[tr].mean(0), x[tr].std(0) + 1e-6; x = (x - mean) / std
-    train = TensorDataset(torch.from_numpy(x[tr]), torch.from_numpy(y[tr]))
-    val = TensorDataset(torch.from_numpy(x[va]), torch.from_numpy(y[va]))
-    model = nn.Sequential(nn.Linear(20, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 4))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    sampler = DistributedSampler(train, num_replicas=1, rank=0, shuffle=True, seed=0)
-    loader = DataLoader(train, batch_size=batch, sampler=sampler)
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        for xb, yb in loader:
-            loss = F.cross_entropy(model(xb), yb)
-            loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-        with torch.no_grad():
-            acc = sum(int((model(a).argmax(-1) == b).sum()) for a, b in DataLoader(val, batch_size=batch)) / len(val)
-        print(f"epoch {epoch + 1} val_acc={acc:.3f}", flush=True)
-    torch.save(model.state_dict(), "model.pt")
-""")
+BARE = bare.SYNTHETIC  # the same training, by hand (bench/bare.py)
 
 
 def timed(argv: list[str], cwd: Path) -> float:

@@ -57,16 +57,16 @@ def test_the_runner_imports_neither_django_nor_celery(tmp_path, digits_spec):
     digits_spec["train"].update(epochs=1, max_steps=3)
     config = write_spec(tmp_path, digits_spec)
     probe = tmp_path / "probe.py"
-    probe.write_text(
-        "import sys, runpy\n"
+    probe.write_text(  # the runner leaves through os._exit (fastexit.py), after running atexit handlers
+        "import atexit, sys, runpy\n"
+        "atexit.register(lambda: print('IMPORTED', sorted(m for m in sys.modules\n"
+        "                                                 if m.split('.')[0] in ('django', 'celery', 'trainhub'))))\n"
         f"sys.argv = ['workers.runner', '--config', {str(config)!r}, '--run-dir', {str(tmp_path / 'run')!r}]\n"
-        "try:\n    runpy.run_module('workers.runner', run_name='__main__')\n"
-        "except SystemExit as e:\n    assert e.code == 0, e.code\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'celery', 'trainhub'))\n"
-        "print('IMPORTED', bad)\n")
+        "runpy.run_module('workers.runner', run_name='__main__')\n")
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, str(probe)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
     assert "IMPORTED []" in out.stdout, out.stdout + out.stderr
 
 

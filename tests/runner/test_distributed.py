@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.runner.conftest import command, run_job
-from workers.runner.launch import RANK_LINE
+from workers.runner.launch import FAST_TORCHRUN, RANK_LINE
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +100,7 @@ def test_a_zero3_rank_leaves_no_engine_and_no_deepspeed_process_group_alive_afte
     spec = _spec("deepspeed", deepspeed={"zero_stage": 3})
     spec["train"].update(epochs=1, max_steps=4)
     argv, env, cwd, _ = command(spec, tmp_path)
-    at = argv.index("-m", argv.index("torch.distributed.run") + 1)
+    at = argv.index("-m", argv.index(str(FAST_TORCHRUN)) + 1)
     argv[at:at + 2] = [str(Path(__file__).with_name("leftovers.py"))]
     proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=240)
 

@@ -86,4 +86,6 @@ def _report_end(args: runner.Arguments, exc: BaseException, reason: str) -> None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from workers.runner.fastexit import exit_now
+
+    exit_now(main())  # not sys.exit: the interpreter's teardown after training costs seconds (fastexit.py)

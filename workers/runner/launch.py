@@ -10,7 +10,8 @@ Contract with the executor::
   ``python -m workers.runner --config C --run-dir D`` / ``python <workspace>/train.py ARGS``.
   Its lines are not tagged; they are rank 0's.
 - Several processes (ddp, deepspeed, llm with several ranks, script with torchrun or
-  deepspeed): ``python -m torch.distributed.run --tee 3 ... -m workers.runner ...``, or for a
+  deepspeed): ``python workers/runner/fastexit.py --tee 3 ... -m workers.runner ...`` (torchrun,
+  ``torch.distributed.run``, without its interpreter's seconds-long teardown at the end), or for a
   script ``... workers/runner/script_entry.py <workspace>/train.py ARGS`` (``-m pkg.train``). DeepSpeed
   jobs go through torchrun too (DeepSpeed reads torchrun's RANK/LOCAL_RANK/MASTER_* env), so
   tagging is uniform. Every line a rank prints (stdout and stderr) is echoed by torchrun with
@@ -42,6 +43,8 @@ RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 RANK_LINE = re.compile(r"^\[rank(\d+)\]:\s?")
 REPO_ROOT = Path(__file__).resolve().parents[2]  # workers/runner/launch.py -> the checkout (PYTHONPATH)
 SCRIPT_ENTRY = Path(__file__).resolve().parent / "script_entry.py"
+#: torchrun (``torch.distributed.run``) that skips its interpreter's teardown once its ranks are done
+FAST_TORCHRUN = Path(__file__).resolve().parent / "fastexit.py"
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
@@ -65,7 +68,7 @@ def argv(spec: JobSpec, config_path: str | Path, run_dir: str | Path, *, nnodes:
         if not _multi_process(spec):
             return [python, *tail]
     nnodes = nnodes or spec.resources.nodes
-    cmd = [python, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+    cmd = [python, str(FAST_TORCHRUN), "--nnodes", str(nnodes),
            "--nproc-per-node", str(spec.resources.procs_per_node)]
     if nnodes > 1:
         if not rdzv_endpoint:

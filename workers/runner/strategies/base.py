@@ -20,6 +20,8 @@ STATE_FILE = "state.pt"
 
 class Strategy:
     name = "base"
+    #: its objects keep the process groups alive in reference cycles: collect them before leaving the group
+    collect_before_leaving = False
 
     def __init__(self, spec, device: torch.device, run_dir: Path):
         self.spec = spec

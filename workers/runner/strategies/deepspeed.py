@@ -23,6 +23,7 @@ def _on_cpu(args) -> bool:
 
 class DeepSpeedStrategy(Strategy):
     name = "deepspeed"
+    collect_before_leaving = True  # ZeRO-3's engine, optimizer and parameters hold the groups in cycles
 
     @classmethod
     def init_distributed(cls, args) -> None:
