@@ -130,7 +130,7 @@ def main() -> int:
     clients = {"user": Client(), "staff": Client()}
     clients["user"].force_login(user)
     clients["staff"].force_login(staff)
-    print(f"| who | page | server time p50 | max | queries |")
+    print("| who | page | server time p50 | max | queries |")
     print("| --- | --- | --- | --- | --- |")
     for who, label, url, headers in pages:
         clients[who].get(url, **(headers or {}))  # warm: templates, connection

@@ -16,7 +16,7 @@ from log_common import ROOT, Stack
 
 
 def direct(steps: int, out) -> float:
-    result = subprocess.run([sys.executable, str(ROOT / "bench" / "log_printer.py"), "train", str(steps)],
+    subprocess.run([sys.executable, str(ROOT / "bench" / "log_printer.py"), "train", str(steps)],
                             stdout=out, stderr=subprocess.DEVNULL, check=True)
     out.seek(0)
     rate = float(out.read().decode().strip().rsplit("\n", 1)[-1].split()[1])

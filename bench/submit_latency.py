@@ -82,7 +82,7 @@ def main() -> None:
         "jobs": args.jobs, "clock": "from the client sending POST /api/jobs", "samples": samples,
         "median_to_running_ms": statistics.median(to_running) * 1000,
         "median_to_first_line_ms": statistics.median(to_first_line) * 1000, "import_torch_ms": import_torch * 1000})
-    print(f"| jobs | submit → running (median) | submit → first runner log line (median) | bare `import torch` |")
+    print("| jobs | submit → running (median) | submit → first runner log line (median) | bare `import torch` |")
     print("| --- | --- | --- | --- |")
     print(f"| {args.jobs} | {statistics.median(to_running) * 1000:.0f} ms | "
           f"{statistics.median(to_first_line) * 1000:.0f} ms | {import_torch * 1000:.0f} ms |")

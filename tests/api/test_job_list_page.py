@@ -51,7 +51,7 @@ def test_owner_filter_is_for_staff_only(user_client, user, cpu_pool, django_user
 
 
 def test_bulk_cancel_cancels_only_selected_jobs_the_user_may_see(user_client, user, cpu_pool, django_user_model):
-    a, b, c = make(user, cpu_pool, "a"), make(user, cpu_pool, "b"), make(user, cpu_pool, "c")
+    a, b, _ = make(user, cpu_pool, "a"), make(user, cpu_pool, "b"), make(user, cpu_pool, "c")
     theirs = make(django_user_model.objects.create_user("bob"), cpu_pool, "bobs")
     response = user_client.post("/", {"ids": [a.pk, b.pk, theirs.pk], "next": "/?q=a"})
     assert response.status_code == 302 and response["Location"] == "/?q=a"

@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 from tests.asgi_server import WebServer
-from tests.conftest import ROOT
 from trainhub.api.models import ApiToken
 
 

@@ -139,7 +139,7 @@ def test_log_in_submit_watch_it_succeed_cancel_a_long_job_and_clone(browser_page
     assert clone.name == "browser-digits-copy" and clone.spec["train"]["lr"] == 0.003
 
     page.goto(web.url + "/")
-    page.wait_for_selector(f"text=browser-digits-copy")
+    page.wait_for_selector("text=browser-digits-copy")
     shot(page, tmp_path, "job-list.png")
 
 

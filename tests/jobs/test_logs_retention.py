@@ -7,7 +7,7 @@ import os
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from trainhub.jobs import logs, retention
+from trainhub.jobs import retention
 from trainhub.jobs.models import Job, LogLine
 
 

@@ -111,7 +111,6 @@ def test_a_python_launcher_for_two_processes_is_refused():
 def test_a_team_scripts_ranks_die_when_torchrun_is_killed_outright(tmp_path):
     import signal
     import subprocess
-    import time
 
     import psutil
 

@@ -96,7 +96,7 @@ def test_a_user_gets_404_for_every_page_of_another_users_job(user_client, bobs_t
 
 def test_a_users_lists_search_and_compare_never_show_another_users_job(user_client, bobs_things):
     job_id = bobs_things["job_id"]
-    for url in ("/", f"/?q=bobs", "/?status=queued", f"/jobs/compare?ids={job_id}", "/templates/", "/tokens/"):
+    for url in ("/", "/?q=bobs", "/?status=queued", f"/jobs/compare?ids={job_id}", "/templates/", "/tokens/"):
         body = user_client.get(url).content.decode()
         assert "bobs-secret-job" not in body and "bobs-template" not in body and "bobs-token" not in body, url
 

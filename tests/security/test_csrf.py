@@ -52,7 +52,7 @@ def test_htmx_posts_with_the_header_from_base_html_pass(browser, own_things):
     from trainhub.api.models import ApiToken
     from trainhub.jobs.models import Job
 
-    assert f'"X-CSRFToken": "' in browser.get("/").content.decode()  # the header htmx sends
+    assert '"X-CSRFToken": "' in browser.get("/").content.decode()  # the header htmx sends
     headers = {"HTTP_HX_REQUEST": "true", "HTTP_X_CSRFTOKEN": token(browser)}
     assert browser.post("/tokens/", {"name": "laptop"}, **headers).status_code == 201
     assert browser.post(f"/tokens/{own_things['token_id']}/revoke", **headers).status_code == 302

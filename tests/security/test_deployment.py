@@ -8,8 +8,6 @@ import secrets
 import subprocess
 import sys
 
-import pytest
-
 from tests.conftest import ROOT
 
 PRODUCTION = {"TRAINHUB_SECRET_KEY": secrets.token_urlsafe(50), "TRAINHUB_ALLOWED_HOSTS": "trainhub.example.com",

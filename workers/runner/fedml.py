@@ -64,7 +64,7 @@ _REFUSED = {
     "client_num_in_total": _FEDERATED, "client_num_per_round": _FEDERATED, "client_id_list": _FEDERATED,
     "client_num": _FEDERATED, "partition_method": _FEDERATED, "partition_alpha": _FEDERATED,
     "server_optimizer": _FEDERATED, "server_lr": _FEDERATED, "server_momentum": _FEDERATED,
-    "worker_num": f"FedML simulation processes are federated clients; set resources.procs_per_node with mode ddp instead",
+    "worker_num": "FedML simulation processes are federated clients; set resources.procs_per_node with mode ddp instead",
     "gpu_mapping_file": "the worker pool assigns GPUs; remove it", "gpu_mapping_key": "the worker pool assigns GPUs; remove it",
     "mqtt_config_path": _FEDERATED, "s3_config_path": _FEDERATED, "grpc_ipconfig_path": _FEDERATED,
     "trpc_master_config_path": _FEDERATED, "bootstrap": "TrainHub does not run bootstrap shell scripts; install "
@@ -180,7 +180,7 @@ def _translate_one(section: str, key: str, value: Any, spec: dict[str, Any]) -> 
         if allowed is None or value in allowed:
             return None
         return f"{value!r} is not supported: {why}"
-    return f"not a FedML setting TrainHub can translate; remove it (see docs/SPEC.md, FedML mapping)"
+    return "not a FedML setting TrainHub can translate; remove it (see docs/SPEC.md, FedML mapping)"
 
 
 def _set(spec: dict[str, Any], path: str, value: Any) -> None:

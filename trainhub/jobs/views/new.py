@@ -193,8 +193,8 @@ def _validate(request: HttpRequest, form: JobForm) -> HttpResponse:
             preview = JobSpec.model_validate(data) if not form.uses_text() else None
         except SpecError as exc:
             form.add_spec_errors(exc.errors)
-    for name, messages in form.errors.items():
-        errors[name] = list(messages)
+    for name, found in form.errors.items():
+        errors[name] = list(found)
     if request.GET.get("quiet"):  # a check on load, before any input: an empty field is not an error yet
         required = str(forms.Field.default_error_messages["required"])
         errors = {name: [m for m in found if m != required] for name, found in errors.items()}
