@@ -257,18 +257,26 @@ class Execution:
             return Outcome(Status.FAILED, code, over)
         if code == 0:
             return Outcome(Status.SUCCEEDED, 0, "exited with code 0")
-        if self.disk_full():
-            return Outcome(Status.FAILED, code, f"the disk of the run directory {self.run_dir.parent} is full "
-                                                f"(no space left on device); {describe_exit(code)}")
+        full = self.disk_full()
+        if full:
+            return Outcome(Status.FAILED, code, f"{full}; {describe_exit(code)}")
         return Outcome(Status.FAILED, code, describe_exit(code))
 
-    def disk_full(self) -> bool:
-        """The job failed because its run directory's disk is full: it said so, or no space is left."""
+    def disk_full(self) -> str:
+        """Which disk the job failed of, or "": the run directory's when less than 64 KiB is left on it,
+        else, when its last lines say no space was left, the facts to tell which (its sandboxed /tmp?)."""
         said = any(marker in line.lower() for line in self.log.tail for marker in DISK_FULL_MARKERS)
         try:
-            return said or shutil.disk_usage(self.run_dir).free < 64 * 1024
+            free = shutil.disk_usage(self.run_dir).free
         except OSError:
-            return said
+            free = None
+        if (free is None and said) or (free is not None and free < 64 * 1024):
+            return f"the disk of the run directory {self.run_dir.parent} is full (no space left on device)"
+        if said:
+            return (f"no space was left on a disk the job wrote to; its run directory's has {free // 1024 ** 2} MiB "
+                    f"free, a sandboxed job's /tmp holds {settings.TRAINHUB_SANDBOX_TMP_BYTES // 1024 ** 2} MiB "
+                    "(TRAINHUB_SANDBOX_TMP_BYTES)")
+        return ""
 
 
 def describe_exit(code: int) -> str:

@@ -27,6 +27,11 @@ print("big:", fill("/tmp/big", 16), flush=True)
 os.remove("/tmp/big")
 print("after:", fill("/tmp/again", 2), flush=True)
 """
+DIES_OF_IT = """
+with open("/tmp/big", "wb") as out:
+    for _ in range(16):
+        out.write(b"x" * 1024 * 1024)
+"""
 
 
 def test_the_default_tmp_size_is_4_gib_and_zero_leaves_it_to_the_kernel(tmp_path, settings):
@@ -40,7 +45,7 @@ def test_the_default_tmp_size_is_4_gib_and_zero_leaves_it_to_the_kernel(tmp_path
 
 
 @needs_bwrap
-def test_a_sandboxed_job_filling_its_tmp_past_the_size_gets_no_space_left_and_goes_on(
+def test_a_sandboxed_job_filling_its_tmp_past_the_size_gets_no_space_left_and_goes_on_or_dies_told_so(
         start_worker, cpu_pool, user, tmp_path):
     from trainhub.jobs import logs
     from trainhub.jobs.models import Job
@@ -50,6 +55,7 @@ def test_a_sandboxed_job_filling_its_tmp_past_the_size_gets_no_space_left_and_go
     assert cpu_pool.sandbox == "required"
     (tmp_path / "filler").mkdir()
     (tmp_path / "filler" / "fill.py").write_text(FILLER)
+    (tmp_path / "filler" / "die.py").write_text(DIES_OF_IT)
     Workspace.objects.create(name="filler", path=str(tmp_path / "filler"))
     start_worker("cpu", extra_env={"TRAINHUB_SANDBOX_TMP_BYTES": str(8 * 1024 * 1024)})
     job = job_submit(owner=user, data={"mode": "script", "script": {"workspace": "filler", "entry": "fill.py"}})
@@ -58,3 +64,11 @@ def test_a_sandboxed_job_filling_its_tmp_past_the_size_gets_no_space_left_and_go
     said = [line.text for line in logs.read_lines(job.pk, limit=500)]
     assert done.status == "succeeded", (done.error, said[-20:])
     assert "small: written" in said and "big: ENOSPC" in said and "after: written" in said, said[-20:]
+
+    # a job that dies of its full /tmp is told that, not that its run directory's disk is full
+    job = job_submit(owner=user, data={"mode": "script", "script": {"workspace": "filler", "entry": "die.py"}})
+    done = wait_for(lambda: Job.objects.filter(pk=job.pk, status__in=["succeeded", "failed"]).first(),
+                    timeout=120, message="the job dying of its full /tmp to end")
+    assert done.status == "failed"
+    assert done.error.startswith("no space was left on a disk the job wrote to; its run directory's has "), done.error
+    assert "a sandboxed job's /tmp holds 8 MiB" in done.error and "exited with code 1" in done.error, done.error

@@ -92,10 +92,12 @@ def test_a_failing_job_says_how_it_exited(job, scripted):
     assert (outcome.status, outcome.reason) == (Status.FAILED, "killed by SIGKILL")
 
 
-def test_a_job_that_said_its_disk_is_full_fails_saying_so(job, scripted):
+def test_a_job_that_said_a_disk_is_full_fails_saying_so_without_blaming_its_run_directorys_disk(job, scripted):
     scripted.output, scripted.code = [("e", "OSError: [Errno 28] No space left on device")], 1
     outcome = Execution(job, backend="scripted").run()
-    assert outcome.status == Status.FAILED and "is full (no space left on device); exited with code 1" in outcome.reason
+    assert outcome.status == Status.FAILED
+    assert outcome.reason.startswith("no space was left on a disk the job wrote to; its run directory's has ")
+    assert outcome.reason.endswith("(TRAINHUB_SANDBOX_TMP_BYTES); exited with code 1")
 
 
 def test_a_cancelled_job_is_asked_to_stop_with_the_grace_and_ends_cancelled(job, scripted, settings):
