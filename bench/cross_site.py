@@ -277,6 +277,8 @@ def main() -> None:
         return proxy_main(ns.proxy, ns.delay_ms)
     if os.geteuid() != 0:
         raise SystemExit("needs root for ip netns, tc and nft (the slow link between the two sites)")
+    if ns.delay_ms and shutil.which("nft") is None:
+        raise SystemExit("--delay-ms needs nft for its redirect rules: apt-get install nftables")
     work = Path(ns.work)
     results: dict = {"link": {"mbit_each_way": ns.mbit, "how": "veth pair between two network namespaces, tc tbf "
                               "on both ends" + ("; a delaying TCP proxy (nftables redirect) in each namespace"
