@@ -40,7 +40,14 @@ def two_kinds(start_worker, slurm_pool, slurm_cluster):  # noqa: F811
 
 
 def slurm_site_jobs(cluster, job_id: int) -> list[str]:
+    """The site's Slurm jobs still pending or running."""
     return cluster.run("squeue", "-h", "-n", f"trainhub-{job_id}-site-hpc", "-o", "%i").split()
+
+
+def slurm_site_history(cluster, job_id: int) -> list[tuple[str, str]]:
+    """Every Slurm job of the site that Slurm still remembers (MinJobAge), with its state, oldest first."""
+    rows = cluster.run("squeue", "-h", "-t", "all", "-n", f"trainhub-{job_id}-site-hpc", "-o", "%i %T").split("\n")
+    return sorted((tuple(row.split()) for row in rows if row.strip()), key=lambda r: int(r[0]))
 
 
 def synced(job_id: int, name: str) -> int:
@@ -97,8 +104,6 @@ def test_a_slurm_site_cancelled_in_slurm_is_submitted_again_heals_and_ends_with_
             proc.resume()
     wait_for(lambda: site_rows(Job.objects.get(pk=job_id))[1]["state"] == "healed", timeout=90,
              message=f"the Slurm site to come back and heal: {log_text(job_id)[-3000:]}")
-    again = slurm_site_jobs(slurm_cluster_handle, job_id)
-    assert len(again) == 1 and again != first  # submitted again as a new Slurm job
     job = wait_for(lambda: final(job_id), timeout=120, message="the job to finish")
     text = log_text(job_id)
     assert job.status == "succeeded", (job.error, text[-3000:])
@@ -113,7 +118,9 @@ def test_a_slurm_site_cancelled_in_slurm_is_submitted_again_heals_and_ends_with_
     seen = events.hpc_states()  # what a viewer of the job page saw, live
     lost = next(i for i, row in enumerate(seen) if "lost, restarting in" in row)
     assert any("healed" in row for row in seen[lost:]), seen
-    assert slurm_site_jobs(slurm_cluster_handle, job_id) == []
+    # submitted again as a new Slurm job, which ended with the job; nothing of the site left in Slurm
+    history = slurm_site_history(slurm_cluster_handle, job_id)
+    assert [(slurm_id == first[0], state) for slurm_id, state in history] == [(True, "CANCELLED"), (False, "COMPLETED")]
 
 
 def test_cancelling_a_job_with_a_slurm_site_ends_its_slurm_job_every_process_and_the_lighthouse(
