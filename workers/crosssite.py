@@ -7,8 +7,9 @@ across sites. Every other place runs its node of its site here, forwards its lin
 way and stores its site's metrics as ``<pool>/<name>``. A site whose processes fail is started
 again, up to ``max_restarts`` times, while the other sites go on training: it heals from a
 peer at its next quorum. A site's pool decides where its processes run (``SITES``): on the
-worker (``local``), or as one Slurm batch job per start of the site (``slurm``). The lighthouse stops when the leader's attempt ends (finish, cancel,
-failure); if the leader's worker dies, the lighthouse dies with it and the job is retried.
+worker (``local``), or as one Slurm batch job per start of the site (``slurm``). The lighthouse
+stops when the leader's attempt ends (finish, cancel, failure); if the leader's worker dies, the
+lighthouse dies with it and the job is retried.
 """
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ from django.utils import timezone
 from trainhub.jobs import rundir
 from trainhub.jobs.models import Job, Metric, Status
 from trainhub.runs import crosssite
-from trainhub.runs.lifecycle import Outcome
 from trainhub.pools.models import WorkerPool
+from trainhub.runs.lifecycle import Outcome
 from trainhub.runs.models import GangMember
 from workers import backends, executor, gang_logs
 from workers.backends.slurm import SlurmHandle, SlurmOptions
