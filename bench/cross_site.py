@@ -97,11 +97,11 @@ async def _relay(reader, writer, delay: float) -> None:
             queue.put_nowait((loop.time() + delay, data))
             if not data:
                 break
-    except ConnectionError:
+    except OSError:  # reset by its end: the other direction ends too
         queue.put_nowait((loop.time() + delay, b""))
     try:
         await sender
-    except ConnectionError:
+    except OSError:  # the other end is gone already
         pass
 
 
