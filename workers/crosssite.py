@@ -88,6 +88,13 @@ class LocalSite:
         self.backend = backends.get("local")
 
     def adapt(self, env: dict, kwargs: dict) -> tuple[dict, dict]:
+        """A multi-node site: node 0 names itself by the rendezvous host, as a gang's node 0 does
+        (``workers.tasks``). c10d tells nodes apart by (address, pid) and numbers them by sorted
+        address, and two sandboxed nodes on one machine have the same host name and the same pid
+        in their own pid namespaces: without this they look like one node and the rendezvous
+        waits for ever. It also makes node 0 run the site's rank 0 and its store (``MASTER_ADDR``)."""
+        if kwargs.get("nnodes", 1) > 1 and kwargs["node_rank"] == 0:
+            env = {**env, "PET_LOCAL_ADDR": kwargs["rdzv_endpoint"].rsplit(":", 1)[0]}
         return env, kwargs
 
     def start(self, run: backends.RunRequest):
