@@ -3,8 +3,15 @@
 
 The link: two network namespaces' worth of machine — site A in this namespace, site B in a
 new one (``csB``) — joined by a veth pair whose both ends are rate-limited with ``tc tbf``
-(``--mbit``). Only bandwidth is limited: this kernel has no ``netem`` (no added latency). Every
-byte between the sites crosses the veth, so its counters are the bytes on the wire.
+(``--mbit``). This kernel has no ``netem``; latency is added (``--delay-ms``) by a transparent
+delaying TCP proxy in each namespace: an nftables ``redirect`` sends every TCP connection to the
+other site's address into the local proxy, which reads the original destination
+(``SO_ORIGINAL_DST``), connects there itself (its own sockets marked, so not redirected again) and
+hands on every chunk, each direction, ``--delay-ms`` after it arrived. Every TCP connection between
+the sites goes through it — gloo's peer connections (ephemeral ports, addresses published in the
+store) as well as the lighthouse, the stores and torchft's HTTP healing — so a connection's round
+trip grows by 2 × ``--delay-ms``; only TCP's own handshake (SYN/ACK) is not delayed. Every byte
+between the sites crosses the veth, so its counters are the bytes on the wire.
 
 Each run trains the same model (digits, mlp) for the same number of optimizer steps per rank
 (``--steps``); DDP is one 2-node torchrun (c10d rendezvous across the link, gloo all-reduce
@@ -12,17 +19,20 @@ every step); DiLoCo is two one-rank sites with a torchft lighthouse. Reported pe
 time, time to reach ``--target`` training loss (site A's logged loss, first crossing), final
 loss and accuracy, bytes on the wire per step. Needs root (ip netns, tc).
 
-    .venv/bin/python bench/cross_site.py --mbit 20 --steps 200
+    .venv/bin/python bench/cross_site.py --mbit 20 --steps 200 --delay-ms 25
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,6 +71,114 @@ def link_up(mbit: float) -> None:
 def link_down() -> None:
     subprocess.run(["ip", "link", "del", HOST_IF], stderr=subprocess.DEVNULL)
     subprocess.run(["ip", "netns", "del", NS], stderr=subprocess.DEVNULL)
+
+
+SO_ORIGINAL_DST, PROXY_MARK, NFT_TABLE = 80, 0x77, "csdelay"
+
+
+async def _relay(reader, writer, delay: float) -> None:
+    """Copy ``reader`` to ``writer``, each chunk ``delay`` seconds after it arrived (order kept)."""
+    loop, queue = asyncio.get_running_loop(), asyncio.Queue()
+
+    async def send() -> None:
+        while True:
+            due, data = await queue.get()
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            if not data:
+                if writer.can_write_eof():
+                    writer.write_eof()
+                return
+            writer.write(data)
+            await writer.drain()
+    sender = asyncio.create_task(send())
+    try:
+        while True:
+            data = await reader.read(1 << 16)
+            queue.put_nowait((loop.time() + delay, data))
+            if not data:
+                break
+    except OSError:  # reset by its end: the other direction ends too
+        queue.put_nowait((loop.time() + delay, b""))
+    try:
+        await sender
+    except OSError:  # the other end is gone already
+        pass
+
+
+async def _proxied(reader, writer, delay: float) -> None:
+    client = writer.get_extra_info("socket")
+    raw = client.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
+    target = (socket.inet_ntoa(raw[4:8]), struct.unpack_from("!H", raw, 2)[0])
+    upstream = socket.socket()
+    upstream.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, PROXY_MARK)  # not redirected again
+    upstream.setblocking(False)
+    try:
+        await asyncio.get_running_loop().sock_connect(upstream, target)
+    except OSError:
+        upstream.close()
+        writer.close()
+        return
+    for sock in (client, upstream):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    up_reader, up_writer = await asyncio.open_connection(sock=upstream)
+    await asyncio.gather(_relay(reader, up_writer, delay), _relay(up_reader, writer, delay))
+    for w in (writer, up_writer):
+        w.close()
+
+
+def proxy_main(port: int, delay_ms: float) -> None:
+    """``--proxy PORT``: the delaying proxy of this namespace, until killed."""
+    async def serve() -> None:
+        server = await asyncio.start_server(lambda r, w: _proxied(r, w, delay_ms / 1000), "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
+    asyncio.run(serve())
+
+
+def delay_up(delay_ms: float) -> list[subprocess.Popen]:
+    """A delaying proxy in each namespace and the nftables rule that sends the other site's TCP to it."""
+    proxies = []
+    for peer, ns in ((NS_IP, False), (HOST_IP, True)):
+        port = free_port()
+        argv = [sys.executable, str(Path(__file__).resolve()), "--proxy", str(port), "--delay-ms", str(delay_ms)]
+        proxies.append(subprocess.Popen((["ip", "netns", "exec", NS] if ns else []) + argv))
+        sh("nft", "add", "table", "ip", NFT_TABLE, ns=ns)
+        sh("nft", "add", "chain", "ip", NFT_TABLE, "out", "{ type nat hook output priority -100 ; }", ns=ns)
+        sh("nft", "add", "rule", "ip", NFT_TABLE, "out", "ip", "daddr", peer, "meta", "mark", "!=", hex(PROXY_MARK),
+           "meta", "l4proto", "tcp", "redirect", "to", f":{port}", ns=ns)
+    time.sleep(1.0)  # the proxies listen (a bench, not a test: measure_rtt below would show a missing one)
+    return proxies
+
+
+def measure_rtt(rounds: int = 20) -> float:
+    """Median TCP round trip (ms) of a 1-byte ping-pong from site B to site A, through whatever is in the way."""
+    server = socket.create_server((HOST_IP, 0))
+    port = server.getsockname()[1]
+
+    def echo() -> None:
+        conn, _ = server.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while data := conn.recv(1):
+            conn.sendall(data)
+        conn.close()
+    threading.Thread(target=echo, daemon=True).start()
+    client = ("import socket,time,statistics;s=socket.create_connection(('%s',%d));"
+              "s.setsockopt(socket.IPPROTO_TCP,socket.TCP_NODELAY,1);t=[]\n"
+              "for _ in range(%d):\n a=time.monotonic();s.sendall(b'x');s.recv(1);t.append(time.monotonic()-a)\n"
+              "print(statistics.median(t)*1000)" % (HOST_IP, port, rounds))
+    out = subprocess.run(["ip", "netns", "exec", NS, sys.executable, "-c", client], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    server.close()
+    return round(float(out.strip()), 2)
+
+
+def delay_down(proxies: list[subprocess.Popen]) -> None:
+    for proxy in proxies:
+        proxy.kill()
+        proxy.wait()
+    for ns in (False, True):
+        subprocess.run((["ip", "netns", "exec", NS] if ns else []) + ["nft", "delete", "table", "ip", NFT_TABLE],
+                       stderr=subprocess.DEVNULL)
 
 
 def wire_bytes() -> int:
@@ -151,15 +269,31 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.5, help="training loss to reach")
     parser.add_argument("--every", type=int, nargs="*", default=[10, 50, 200])
     parser.add_argument("--work", default="/tmp/trainhub-bench-cross-site")
+    parser.add_argument("--delay-ms", type=float, default=0.0,
+                        help="one-way latency added to every TCP connection between the sites (delaying proxy)")
+    parser.add_argument("--proxy", type=int, default=0, help=argparse.SUPPRESS)  # the proxy process itself
     ns = parser.parse_args()
+    if ns.proxy:
+        return proxy_main(ns.proxy, ns.delay_ms)
     if os.geteuid() != 0:
-        raise SystemExit("needs root for ip netns and tc (the slow link between the two sites)")
+        raise SystemExit("needs root for ip netns, tc and nft (the slow link between the two sites)")
+    if ns.delay_ms and shutil.which("nft") is None:
+        raise SystemExit("--delay-ms needs nft for its redirect rules: apt-get install nftables")
     work = Path(ns.work)
-    results: dict = {"link": {"mbit_each_way": ns.mbit, "latency": "not added (no netem in this kernel)",
-                              "how": "veth pair between two network namespaces, tc tbf on both ends"},
+    results: dict = {"link": {"mbit_each_way": ns.mbit, "how": "veth pair between two network namespaces, tc tbf "
+                              "on both ends" + ("; a delaying TCP proxy (nftables redirect) in each namespace"
+                                                if ns.delay_ms else "")},
                      "steps": ns.steps, "hidden": ns.hidden, "target_train_loss": ns.target, "runs": {}}
     link_up(ns.mbit)
+    proxies: list[subprocess.Popen] = []
     try:
+        results["link"]["rtt_ms_without_delay"] = measure_rtt()
+        if ns.delay_ms:
+            proxies = delay_up(ns.delay_ms)
+        results["link"]["added_one_way_delay_ms"] = ns.delay_ms
+        results["link"]["rtt_ms"] = measure_rtt()
+        print(f"link: {ns.mbit} Mbit/s each way, TCP round trip {results['link']['rtt_ms']} ms "
+              f"({results['link']['rtt_ms_without_delay']} ms without the added delay)", flush=True)
         plans = [("ddp", lambda d: run_ddp(d, ns.steps, ns.hidden))]
         plans += [(f"diloco_h{h}", (lambda h: lambda d: run_diloco(d, ns.steps, ns.hidden, h))(h)) for h in ns.every]
         for name, run in plans:
@@ -172,6 +306,7 @@ def main() -> None:
                   f"(step {r['steps_to_target']}), final loss {r['final_train_loss']:.3f} acc {r['final_val_acc']}, "
                   f"{r['wire_bytes_per_step']} B/step on the wire", flush=True)
     finally:
+        delay_down(proxies)
         link_down()
     record.write("cross_site", results)
     print(json.dumps({k: {kk: v[kk] for kk in v if kk != "loss_curve"} for k, v in results["runs"].items()}, indent=1))

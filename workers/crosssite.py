@@ -6,8 +6,10 @@ sites' lines through Redis (``gang_logs``), tagged ``[site <pool>]`` with ranks 
 across sites. Every other place runs its node of its site here, forwards its lines the same
 way and stores its site's metrics as ``<pool>/<name>``. A site whose processes fail is started
 again, up to ``max_restarts`` times, while the other sites go on training: it heals from a
-peer at its next quorum. The lighthouse stops when the leader's attempt ends (finish, cancel,
-failure); if the leader's worker dies, the lighthouse dies with it and the job is retried.
+peer at its next quorum. A site's pool decides where its processes run (``SITES``): on the
+worker (``local``), or as one Slurm batch job per start of the site (``slurm``). The lighthouse
+stops when the leader's attempt ends (finish, cancel, failure); if the leader's worker dies, the
+lighthouse dies with it and the job is retried.
 """
 from __future__ import annotations
 
@@ -30,12 +32,16 @@ from django.utils import timezone
 from trainhub.jobs import rundir
 from trainhub.jobs.models import Job, Metric, Status
 from trainhub.runs import crosssite
+from trainhub.pools.models import WorkerPool
 from trainhub.runs.lifecycle import Outcome
 from trainhub.runs.models import GangMember
 from workers import backends, executor, gang_logs
+from workers.backends.slurm import SlurmHandle, SlurmOptions
 from workers.events import EventReader
 from workers.gang import LeaderExecution, follow_node
 from workers.logwriter import DbOutage
+from workers.slurm_execution import owner_tag
+from workers.slurm_node import NODE_ADDR, NODE_RANK, RDZV_HOST
 
 log = logging.getLogger(__name__)
 LIGHTHOUSE = str(Path(sys.executable).parent / "torchft_lighthouse")
@@ -75,6 +81,67 @@ class Lighthouse:
                 continue
 
 
+class LocalSite:
+    """A site on a pool whose workers run the processes: this worker's node of the site."""
+
+    def __init__(self, job: Job, site: int, pool: WorkerPool):
+        self.backend = backends.get("local")
+
+    def adapt(self, env: dict, kwargs: dict) -> tuple[dict, dict]:
+        """A multi-node site: node 0 names itself by the rendezvous host, as a gang's node 0 does
+        (``workers.tasks``). c10d tells nodes apart by (address, pid) and numbers them by sorted
+        address, and two sandboxed nodes on one machine have the same host name and the same pid
+        in their own pid namespaces: without this they look like one node and the rendezvous
+        waits for ever. It also makes node 0 run the site's rank 0 and its store (``MASTER_ADDR``)."""
+        if kwargs.get("nnodes", 1) > 1 and kwargs["node_rank"] == 0:
+            env = {**env, "PET_LOCAL_ADDR": kwargs["rdzv_endpoint"].rsplit(":", 1)[0]}
+        return env, kwargs
+
+    def start(self, run: backends.RunRequest):
+        return self.backend.start(run)
+
+
+class SlurmSite:
+    """A site on a Slurm pool: every start of the site (the first, and each restart of a lost
+    site) is one batch job of all its nodes (``workers.backends.slurm``), its lines on a Redis
+    stream of that start's own, so a late line of a lost start never reaches the next one's."""
+
+    def __init__(self, job: Job, site: int, pool: WorkerPool):
+        spec = job.spec_model.for_site(site)
+        res, self.pool, self.rdzv_id = spec.resources, pool.name, f"job{job.pk}-{job.attempt}-site{site}"
+        self.options = SlurmOptions(
+            slurm_conf=pool.slurm_conf, partition=pool.partition, account=pool.slurm_account_for(job.owner),
+            qos=pool.qos, nodes=res.nodes, procs_per_node=res.procs_per_node, gpus_per_node=res.gpus_per_node,
+            time_minutes=spec.timeout_minutes, job_name=f"trainhub-{job.pk}-site-{pool.name}",
+            # an earlier attempt's site left running (its worker lost) is cancelled before this one submits
+            owner=f"{owner_tag(job)} site {pool.name}", lease_token=job.lease_token,
+            grace_seconds=settings.TRAINHUB_GRACE_SECONDS, redis_url=settings.REDIS_URL)
+        self.starts = 0
+
+    def adapt(self, env: dict, kwargs: dict) -> tuple[dict, dict]:
+        """Slurm chooses the GPUs and the nodes: the site advertises its node's address, and a
+        multi-node site's rendezvous comes from the allocation (``workers.slurm_node``)."""
+        env = {**{k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}, "TRAINHUB_SITE_ADDRESS": NODE_ADDR}
+        if self.options.nodes > 1:
+            kwargs = {"nnodes": self.options.nodes, "node_rank": NODE_RANK, "rdzv_endpoint": RDZV_HOST,
+                      "rdzv_id": self.rdzv_id}
+        return env, kwargs
+
+    def start(self, run: backends.RunRequest) -> SlurmHandle:
+        self.starts += 1
+        stream = f"{gang_logs.stream_key(run.job_id, self.options.lease_token)}:site-{self.pool}:{self.starts}"
+        return SlurmHandle(run, dataclasses.replace(self.options, stream=stream))
+
+
+#: a site's pool's backend → how this worker runs its place of the site
+SITES = {"local": LocalSite, "slurm": SlurmSite}
+
+
+def site_runner(job: Job, site: int):
+    pool = WorkerPool.objects.get(name=job.spec_model.sites[site].pool)
+    return SITES[pool.backend](job, site, pool)
+
+
 class SiteHandle:
     """A site's processes, started again when they fail (up to ``restarts`` times) unless cancelled."""
 
@@ -109,7 +176,8 @@ class SiteHandle:
         self.left -= 1
         self.restarts += 1
         delay = settings.TRAINHUB_SITE_RESTART_SECONDS
-        self.say(f"site lost: {executor.describe_exit(code)}; starting it again in {delay:g} s "
+        why = self.inner.reason() if hasattr(self.inner, "reason") else executor.describe_exit(code)  # Slurm's words
+        self.say(f"site lost: {why}; starting it again in {delay:g} s "
                  f"(restart {self.restarts}), it rejoins at the next sync")
         self.lost_code, self.restart_at = code, time.monotonic() + delay
         self.record(site_state="lost", restarts=self.restarts, restart_at=timezone.now() + timedelta(seconds=delay))
@@ -167,10 +235,11 @@ def _request(job: Job, site: int, run_dir: Path, config_name: str, kwargs: dict,
 class SiteLeaderExecution(LeaderExecution):
     """Place 0: site 0 through the executor, restarted on failure, the other sites' lines merged."""
 
-    def __init__(self, job, env_extra, launch_kwargs, places: int):
+    def __init__(self, job, env_extra, launch_kwargs, places: int, runner):
         super().__init__(job, env_extra, {**launch_kwargs, "nnodes": places})
         self.site_kwargs = launch_kwargs
         self.spec = job.spec_model.for_site(0)
+        self.backend = runner  # the site's pool's: this worker, or Slurm
         # after site 0 ends, wait for the other sites' last lines (they end at the same sync)
         self.EOF_SECONDS = job.spec_model.sync.timeout_seconds + 60.0
 
@@ -200,17 +269,18 @@ def run_place(member: GangMember, job: Job, env_extra: dict[str, str]) -> Outcom
     address = crosssite.lighthouse_address(member)
     env = {**env_extra, "TORCHFT_LIGHTHOUSE": address,
            "TRAINHUB_SITE_ADDRESS": crosssite.free_address().rsplit(":", 1)[0]}
-    kwargs = crosssite.launch_kwargs(member, spec)
+    runner = site_runner(job, site)
+    env, kwargs = runner.adapt(env, crosssite.launch_kwargs(member, spec))
     if member.node_rank != 0:
-        return _run_node(job, member.node_rank, site, node, kwargs, env)
+        return _run_node(job, member.node_rank, site, node, kwargs, env, runner)
     lighthouse = Lighthouse(address, spec, rundir.run_dir(job.pk) / "logs")
     try:
-        return SiteLeaderExecution(job, env, kwargs, len(crosssite.places(spec))).run()
+        return SiteLeaderExecution(job, env, kwargs, len(crosssite.places(spec)), runner).run()
     finally:
         lighthouse.stop()
 
 
-def _run_node(job: Job, place: int, site: int, node: int, kwargs: dict, env: dict) -> Outcome | None:
+def _run_node(job: Job, place: int, site: int, node: int, kwargs: dict, env: dict, runner) -> Outcome | None:
     """Any place but 0: run the node until it ends or the job stops; its lines to the leader,
     its site's metrics (first node only) under ``<pool>/``."""
     spec = job.spec_model
@@ -225,7 +295,7 @@ def _run_node(job: Job, place: int, site: int, node: int, kwargs: dict, env: dic
 
     request = _request(job, site, run_dir, f"job.node{node}.yaml" if node else "job.yaml", kwargs, env)
     say(f"attempt {job.attempt}: node {node} of site {pool} starting {' '.join(request.argv)}")
-    handle = SiteHandle(backends.get("local"), request, spec.max_restarts, say, _tagger(spec, site),
+    handle = SiteHandle(runner, request, spec.max_restarts, say, _tagger(spec, site),
                         SiteState(job, place))
     events = EventReader(job.pk, run_dir, DbOutage(job.pk), prefix=f"{pool}/") if node == 0 else None
     code, stopped = follow_node(job, handle, sender, run_dir / "logs" / f"site-node{node}.out",

@@ -3,7 +3,8 @@
 ``python -m workers.slurm_node --job J --token T --nodes N -- ARGV...``
 
 It fills in the rendezvous from the allocation — ``@NODE_RANK@`` becomes ``SLURM_NODEID``,
-``@RDZV_HOST@`` the first node of ``SLURM_JOB_NODELIST`` (its NodeAddr) — starts ARGV as a
+``@RDZV_HOST@`` the first node of ``SLURM_JOB_NODELIST`` (its NodeAddr), and ``@NODE_ADDR@`` in
+an environment value this node's own NodeAddr (a cross-site job's site advertises it) — starts ARGV as a
 guarded process group (``workers.backends.local``, the same as on a TrainHub worker), and
 forwards every line to the worker through Redis (``workers.gang_logs``, as a gang's other nodes
 do), so compute nodes need no filesystem shared with the web host for the log. A complete copy
@@ -25,6 +26,7 @@ from pathlib import Path
 
 NODE_RANK = "@NODE_RANK@"
 RDZV_HOST = "@RDZV_HOST@"
+NODE_ADDR = "@NODE_ADDR@"
 REDIS_VAR = "TRAINHUB_SLURM_REDIS_URL"
 #: a node's exit code when it stopped on Slurm's warning before the time limit (sbatch --signal)
 TIME_LIMIT_EXIT = 124
@@ -56,6 +58,7 @@ def main(args: list[str]) -> int:
     parser.add_argument("--token", type=int, required=True)
     parser.add_argument("--procs-per-node", type=int, default=1)
     parser.add_argument("--log-dir", required=True)
+    parser.add_argument("--stream", default="", help="the Redis stream for the lines (default: the job's)")
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     opts = parser.parse_args(args)
     argv = opts.argv[1:] if opts.argv[:1] == ["--"] else opts.argv
@@ -73,6 +76,9 @@ def main(args: list[str]) -> int:
         host = slurm_cli.node_address(first, dict(os.environ))
         argv = fill(argv, node, f"{host}:{rendezvous_port(int(os.environ['SLURM_JOB_ID']))}")
     argv = fill(argv, node, "")
+    if any(NODE_ADDR in v for v in env.values()):
+        me = slurm_cli.node_address(os.environ.get("SLURMD_NODENAME", ""), dict(os.environ))
+        env = {k: v.replace(NODE_ADDR, me) for k, v in env.items()}
     log_dir = Path(opts.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     handle = LocalBackend().start(RunRequest(argv=argv, env=env, cwd=os.getcwd(), run_dir=log_dir.parent,
@@ -83,6 +89,7 @@ def main(args: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     sender = gang_logs.Sender(opts.job, opts.token, node, first_rank=node * opts.procs_per_node)
+    sender.key = opts.stream or sender.key
     with open(log_dir / f"node{node}.out", "a", encoding="utf-8") as out:
         def forward() -> None:
             for stream, items in handle.lines():

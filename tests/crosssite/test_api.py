@@ -50,3 +50,18 @@ def test_the_new_job_pages_yaml_tab_submits_a_cross_site_job_and_names_a_bad_syn
     good = user_client.post("/jobs/new", {"action": "submit", "spec_yaml": yaml.safe_dump(SPEC)})
     assert good.status_code == 302
     assert [s.pool for s in Job.objects.get().spec_model.sites] == ["lab-a", "cloud-b"]
+
+
+def test_a_site_on_a_slurm_pool_is_taken_and_is_one_place_however_many_nodes_slurm_gives_it(
+        api, two_pools, no_enqueue):  # noqa: F811
+    from trainhub.runs import crosssite
+    from trainhub.runs.scheduling import needs
+
+    WorkerPool.objects.create(name="hpc", kind="slurm", queue="q-hpc")
+    sites = [{"pool": "lab-a", "nodes": 2}, {"pool": "hpc", "nodes": 2}, {"pool": "cloud-b", "nodes": 2}]
+    created = api.post("/api/jobs", {**SPEC, "sites": sites})
+    assert created.status_code == 201, created.json()
+    job = Job.objects.get(pk=created.json()["id"])
+    # its worker submits the whole site as one Slurm job: one place, between lab-a's two and cloud-b's two
+    assert crosssite.places(job.spec_model) == [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1)]
+    assert needs(job)[0] == 5

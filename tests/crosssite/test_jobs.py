@@ -146,3 +146,27 @@ def test_cancel_stops_every_site_and_the_lighthouse(site_workers, user, live_set
     assert finished(job, timeout=120).status == "cancelled"
     wait_for(lambda: not training_processes(job, runs) and not lighthouses(job), timeout=60,
              message="every site's processes and the lighthouse to end")
+
+
+def test_an_llm_job_submitted_through_the_api_trains_both_sites_to_identical_weights(
+        site_workers, user_client, live_settings):
+    # the tiny debug-size llama and the byte tokenizer; min_sites 2: both sites in each of the three syncs
+    data = spec(mode="llm", llm={"size": "tiny", "seq_len": 32, "sample_tokens": 8}, data={"batch_size": 4},
+                train={"max_steps": 15, "epochs": 100, "log_every_steps": 5},
+                sync={"algorithm": "diloco", "every": 5, "timeout_seconds": 30, "min_sites": 2})
+    response = user_client.post("/api/jobs", data, content_type="application/json")
+    assert response.status_code == 201, response.content
+    job = Job.objects.get(pk=response.json()["id"])
+    done = finished(job, timeout=240)
+    assert done.status == "succeeded", done.error
+    runs = live_settings.TRAINHUB_RUNS_DIR
+    assert sites.same_weights(sites.final_weights(runs / f"job-{job.pk}", 15),
+                              sites.final_weights(runs / f"job-{job.pk}-site-cloud-b", 15))
+    assert metric_values(job, "sync_outer_step") == [1, 2, 3]
+    assert metric_values(job, "cloud-b/sync_outer_step") == [1, 2, 3]
+    assert set(metric_values(job, "sync_participants")) == {2}
+    names = set(Metric.objects.filter(job=job).values_list("name", flat=True))
+    assert {"eval_loss", "perplexity", "cloud-b/eval_loss"} <= names
+    text = "\n".join(line.text for line in read_lines(job.pk, limit=100000))
+    assert "[site lab-a]" in text and "[site cloud-b]" in text and "step 15/15" in text
+    wait_for(lambda: not lighthouses(job), timeout=15, message="the lighthouse to stop")

@@ -72,8 +72,8 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
 
 
 def _check_sites(spec: JobSpec, owner) -> None:
-    """Every site of a cross-site job needs a pool that exists, takes jobs from this user and runs
-    processes on its own workers (a Slurm pool cannot host a site yet)."""
+    """Every site of a cross-site job needs a pool that exists and takes jobs from this user (its
+    kind, local or Slurm, decides how the site runs: ``workers.crosssite``)."""
     pools = {p.name: p for p in WorkerPool.objects.filter(name__in=[s.pool for s in spec.sites])}
     errors = {}
     for i, site in enumerate(spec.sites):
@@ -82,9 +82,6 @@ def _check_sites(spec: JobSpec, owner) -> None:
             errors[f"sites.{i}.pool"] = f"no pool named {site.pool!r}; choose an existing pool for this site"
         elif not pool.accepts_submissions or (owner is not None and not pool.may_submit(owner)):
             errors[f"sites.{i}.pool"] = f"pool {site.pool!r} does not take your jobs now; choose another pool"
-        elif pool.backend != "local":
-            errors[f"sites.{i}.pool"] = (f"pool {site.pool!r} runs jobs through {pool.backend}; a site needs a pool "
-                                         "whose workers run the processes themselves (backend local)")
     if errors:
         raise SpecError(errors)
 

@@ -6,6 +6,9 @@ those pools takes the next free place of its site; the places are numbered site 
 job's log and outcome and runs the job's lighthouse. The job starts when every place is taken
 (``gang.gang_wait``), or fails after the gang timeout naming the sites still missing. Each
 site's first node also records a c10d rendezvous for the site's own torchrun.
+
+A site on a pool whose backend places the nodes itself (Slurm: one batch job whatever its
+number of nodes) is one place, taken by one worker of that pool, which submits the site.
 """
 from __future__ import annotations
 
@@ -15,13 +18,21 @@ import socket
 from django.db import IntegrityError, transaction
 
 from trainhub.jobs.models import Job, Status
-from trainhub.pools.models import Worker
+from trainhub.pools.models import Worker, WorkerPool
 from trainhub.runs.models import GangMember, GpuLease
 
 
 def places(spec) -> list[tuple[int, int]]:
-    """(site, node within the site) of every place of the gang, in place order."""
-    return [(i, node) for i, site in enumerate(spec.sites) for node in range(site.nodes)]
+    """(site, node within the site) of every place of the gang, in place order; a site whose
+    pool's backend places its nodes (Slurm) has one place, node 0."""
+    placed = backend_placed(spec)
+    return [(i, node) for i, site in enumerate(spec.sites) for node in range(1 if site.pool in placed else site.nodes)]
+
+
+def backend_placed(spec) -> set[str]:
+    """The pools of ``spec``'s sites whose backend starts all of a site's nodes from one place (Slurm)."""
+    return set(WorkerPool.objects.filter(name__in=[s.pool for s in spec.sites], kind=WorkerPool.Kind.SLURM)
+               .values_list("name", flat=True))
 
 
 def site_of(spec, place: int) -> tuple[int, int]:
@@ -55,7 +66,8 @@ def join(job: Job, worker: Worker, gpus: list[int]) -> GangMember | None:
             site, node = site_of(spec, place)
             member = GangMember.objects.create(
                 job=job, attempt=job.attempt, worker=worker, node_rank=place, lease_token=job.lease_token + 1,
-                address=free_address() if node == 0 and spec.sites[site].nodes > 1 else "",
+                address=free_address() if node == 0 and spec.sites[site].nodes > 1 and worker.pool.backend == "local"
+                else "",
                 lighthouse=f"http://{free_address()}" if place == 0 else "")
             GpuLease.objects.bulk_create([GpuLease(worker=worker, index=i, job_id=job.pk,
                                                    lease_token=job.lease_token + 1) for i in gpus])
@@ -68,7 +80,7 @@ def launch_kwargs(member: GangMember, spec) -> dict:
     """torchrun's arguments for this member's node of its site (empty: a one-node site)."""
     site, node = site_of(spec, member.node_rank)
     nodes = spec.sites[site].nodes
-    if nodes == 1:
+    if nodes == 1 or spec.sites[site].pool in backend_placed(spec):  # Slurm's allocation gives the rendezvous
         return {}
     first = places(spec).index((site, 0))
     leader = GangMember.objects.get(job_id=member.job_id, attempt=member.attempt, node_rank=first)

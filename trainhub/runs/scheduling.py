@@ -160,6 +160,8 @@ def _join_site(job_id: int, worker: Worker) -> Decision:
         gpus = job.spec_model.for_site(_site_pools(job.spec).index(worker.pool.name)).resources.gpus_per_node
     except SpecError:
         return Decision(drop="its spec is no longer valid")
+    if worker.pool.backend != "local":
+        gpus = 0  # Slurm allocates the site's GPUs itself
     free = free_gpus(worker)
     if gpus > len(free):
         return Decision(wait=f"{worker.hostname} has {len(free)} free GPU(s), the site needs {gpus}")

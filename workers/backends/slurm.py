@@ -44,6 +44,9 @@ class SlurmOptions:
     lease_token: int = 0
     grace_seconds: float = 20.0
     redis_url: str = field(default="", repr=False)
+    #: the Redis stream its nodes send their lines to; "" = the job's (``gang_logs.stream_key`` of the
+    #: job and ``lease_token``). A cross-site job's Slurm site has its own per start (``workers.crosssite``).
+    stream: str = ""
 
 
 def cancel_orphans(opts: SlurmOptions, attempt: int, env: dict[str, str]) -> list[str]:
@@ -102,7 +105,8 @@ def batch_script(run: RunRequest, opts: SlurmOptions) -> str:
     """The batch script: a comment and one srun line; every word quoted (nothing the user wrote
     is ever read by the shell as code)."""
     node = [sys.executable, "-m", "workers.slurm_node", "--job", str(run.job_id), "--token", str(opts.lease_token),
-            "--procs-per-node", str(opts.procs_per_node), "--log-dir", str(run.run_dir / "logs"), "--", *run.argv]
+            "--procs-per-node", str(opts.procs_per_node), "--log-dir", str(run.run_dir / "logs"),
+            *(["--stream", opts.stream] if opts.stream else []), "--", *run.argv]
     srun = ["srun", "--ntasks-per-node=1", f"--nodes={opts.nodes}", "--kill-on-bad-exit=1", "--unbuffered", *node]
     return ("#!/bin/bash\n"
             f"# TrainHub job {run.job_id}, attempt {run.attempt}: one workers.slurm_node per node\n"
@@ -149,6 +153,7 @@ class SlurmHandle:
 
         self._out = OutputQueue()  # (batches, cursor after them): the receiver waits while it is full
         self.receiver = gang_logs.Receiver(job, self.opts.lease_token, self.opts.nodes)
+        self.receiver.key = self.opts.stream or self.receiver.key
         self.receiver.nodes = set(range(self.opts.nodes))  # every node, node 0 included, sends through Redis
         self.receiver.next_index = {n: int(cursor.get(str(n), 0)) for n in self.receiver.nodes}
         #: per node (as a string, JSON's way): its lines returned by lines() so far

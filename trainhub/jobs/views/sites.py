@@ -24,13 +24,11 @@ def _prefixes(spec) -> list[str]:
     return [""] + [f"{site.pool}/" for site in spec.sites[1:]]
 
 
-def _first_places(spec) -> list[range]:
-    """The places (gang node ranks) of each site, site by site."""
-    out, start = [], 0
-    for site in spec.sites:
-        out.append(range(start, start + site.nodes))
-        start += site.nodes
-    return out
+def _site_members(job: Job, spec) -> list[list]:
+    """Each site's places (gang members), site by site: the members whose worker is of the site's
+    pool (each pool holds one site). A Slurm site is one place whatever its nodes."""
+    members = job.gang_members.filter(attempt=job.attempt).select_related("worker__pool")
+    return [[m for m in members if m.worker.pool.name == site.pool] for site in spec.sites]
 
 
 def sites_key(job: Job):
@@ -50,7 +48,6 @@ def site_rows(job: Job) -> list[dict]:
     spec = job.spec_model
     if not spec.sites:
         return []
-    members = {m.node_rank: m for m in job.gang_members.filter(attempt=job.attempt)}
     prefixes = _prefixes(spec)
     names = [p + n for p in prefixes for n in SYNC]
     last_pks = Metric.objects.filter(job_id=job.pk, name__in=names).values("name").annotate(pk=Max("pk"))
@@ -58,8 +55,7 @@ def site_rows(job: Job) -> list[dict]:
     totals = dict(Metric.objects.filter(job_id=job.pk, name__in=[p + "sync_seconds" for p in prefixes])
                   .values("name").annotate(total=Sum("value")).values_list("name", "total"))
     rows = []
-    for site, prefix, places in zip(spec.sites, prefixes, _first_places(spec)):
-        mine = [members[p] for p in places if p in members]
+    for site, prefix, mine in zip(spec.sites, prefixes, _site_members(job, spec)):
         state = min((m.site_state for m in mine), key=WORST.index, default="")
         restart_at = max((m.restart_at for m in mine if m.restart_at), default=None)
         mark = max((m.metric_mark for m in mine), default=0)

@@ -60,14 +60,17 @@ class SyncMixin:
         timeout = timedelta(seconds=self.sync.timeout_seconds)
         # Other sites reach this site's torchrun store (gloo's rendezvous between sites) at the
         # address it advertises: torchrun --standalone says "localhost", which only works on one machine.
+        # A multi-node site's store is on its first node, at the rendezvous host torchrun puts in
+        # MASTER_ADDR (node 0 names itself by it, ``workers.crosssite``): every node uses that one.
         address = os.environ.get("TRAINHUB_SITE_ADDRESS") or socket.gethostname()
+        standalone = "TRAINHUB_SITE_ADDRESS" in os.environ and self.spec.sites[self.site].nodes == 1
         self.manager = Manager(
             checkpoint_transport=_transport(timeout, address),
             pg=ProcessGroupGloo(timeout=timeout), load_state_dict=self._load_state, state_dict=self._state,
             min_replica_size=self.sync.min_sites, use_async_quorum=False, timeout=timeout,
             quorum_timeout=QUORUM_TIMEOUT, connect_timeout=timeout, rank=self.rank, world_size=self.world_size,
             replica_id=f"{self.site_name}_{self.site}",  # torchft reads the trailing digits as the group's number
-            hostname=address, store_addr=address if "TRAINHUB_SITE_ADDRESS" in os.environ else None)
+            hostname=address, store_addr=address if standalone else None)
         self._payload = sum(p.numel() * p.element_size() for p in self.raw_model.parameters())
         self.optimizer.register_step_post_hook(self._before_sync)  # runs before torchft's hook ...
         if self.sync.algorithm == "diloco":

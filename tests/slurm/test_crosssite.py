@@ -1,0 +1,142 @@
+"""A cross-site job with one site on a local pool and one on a Slurm pool (the real two-node test
+cluster): submitted through the API, each site's place taken by a real Celery worker of its pool,
+the Slurm site run as an sbatch job; the job page's live ``sites`` event follows it."""
+from __future__ import annotations
+
+import threading
+
+import psutil
+import pytest
+
+from tests.asgi_server import session_cookie, sse_events
+from tests.conftest import wait_for
+from tests.crosssite import sites
+from tests.slurm.test_jobs import final, log_text, slurm_pool, submit  # noqa: F401 (fixture)
+from trainhub.jobs.models import Job, Metric
+from trainhub.jobs.views.sites import site_rows
+from trainhub.pools.models import Worker, WorkerPool
+from trainhub.runs.models import GangMember
+
+pytestmark = pytest.mark.slow
+LOCAL = {"TRAINHUB_WORKER_ADDRESS": "127.0.0.1", "TRAINHUB_SITE_RESTART_SECONDS": "2"}
+
+
+def spec(**train) -> dict:
+    # min_sites 2: every sync needs both sites, so while the Slurm site is down lab-a waits at its
+    # next sync instead of training on alone (the local kill test covers that): the test stays short
+    return {"name": "lab and cluster", "mode": "ddp", "sites": [{"pool": "lab-a"}, {"pool": "hpc"}],
+            "sync": {"algorithm": "diloco", "every": 50, "timeout_seconds": 10, "min_sites": 2},
+            "data": {"dataset": "digits", "batch_size": 32}, "max_restarts": 1,
+            "train": {"max_steps": 200, "epochs": 1000, "log_every_steps": 50, **train}}
+
+
+@pytest.fixture
+def two_kinds(start_worker, slurm_pool, slurm_cluster):  # noqa: F811
+    WorkerPool.objects.create(name="lab-a", queue="lab-a", kind="cpu")
+    start_worker("lab-a", slots=1, name="lab-a@test", extra_env=LOCAL)
+    start_worker("hpc", slots=2, name="hpc@test", extra_env={**LOCAL, "SLURM_CONF": slurm_cluster})
+    wait_for(lambda: Worker.objects.filter(hostname__in=["lab-a@test", "hpc@test"]).count() == 2,
+             message="both sites' workers to register")
+
+
+def slurm_site_jobs(cluster, job_id: int) -> list[str]:
+    """The site's Slurm jobs still pending or running."""
+    return cluster.run("squeue", "-h", "-n", f"trainhub-{job_id}-site-hpc", "-o", "%i").split()
+
+
+def slurm_site_history(cluster, job_id: int) -> list[tuple[str, str]]:
+    """Every Slurm job of the site that Slurm still remembers (MinJobAge), with its state, oldest first."""
+    rows = cluster.run("squeue", "-h", "-t", "all", "-n", f"trainhub-{job_id}-site-hpc", "-o", "%i %T").split("\n")
+    return sorted((tuple(row.split()) for row in rows if row.strip()), key=lambda r: int(r[0]))
+
+
+def synced(job_id: int, name: str) -> int:
+    return Metric.objects.filter(job_id=job_id, name=name).count()
+
+
+class SitesEvents:
+    """The job page's live channel in a thread: the Sites panel's HTML of every ``sites`` event."""
+
+    def __init__(self, web, job_id: int, client):
+        self.html: list[str] = []
+        self.thread = threading.Thread(target=self._follow, args=(web, job_id, session_cookie(client)), daemon=True)
+        self.thread.start()
+
+    def _follow(self, web, job_id, cookies):
+        import httpx
+
+        with httpx.stream("GET", f"{web.url}/jobs/{job_id}/logs/stream", cookies=cookies, timeout=60,
+                          params={"channel": "page"}) as response:
+            for event, _ident, data in sse_events(response):
+                if event == "sites":
+                    self.html.append(data["html"])
+                if event == "end":
+                    return
+
+    def hpc_states(self) -> list[str]:
+        return [html.split('<tr data-pool="hpc"', 1)[1].split("</tr>", 1)[0] for html in self.html
+                if '<tr data-pool="hpc"' in html]
+
+
+def test_a_slurm_site_cancelled_in_slurm_is_submitted_again_heals_and_ends_with_the_local_sites_weights(
+        two_kinds, user_client, slurm_cluster_handle, live_settings, web):
+    job_id = submit(user_client, spec())
+    events = SitesEvents(web, job_id, user_client)
+    wait_for(lambda: synced(job_id, "hpc/sync_outer_step") >= 1, timeout=120,
+             message=f"the Slurm site to sync once: {log_text(job_id)[-3000:]}")
+    places = {m.node_rank: m.worker.hostname for m in GangMember.objects.filter(job_id=job_id).select_related("worker")}
+    assert places == {0: "lab-a@test", 1: "hpc@test"}  # a Slurm site is one place, its worker submits it
+    first = slurm_site_jobs(slurm_cluster_handle, job_id)
+    assert len(first) == 1
+    # lab-a paused (SIGSTOP): with min_sites 2 the Slurm site cannot pass its next sync, so however
+    # fast this machine trains, the job is still running when its Slurm site is cancelled
+    lab_a = [p for p in psutil.process_iter(["cmdline"]) if "workers.runner" in (p.info["cmdline"] or [])
+             and f"{live_settings.TRAINHUB_RUNS_DIR}/job-{job_id}/job.yaml" in (p.info["cmdline"] or [])]
+    assert lab_a
+    for proc in lab_a:
+        proc.suspend()
+    try:
+        slurm_cluster_handle.run("scancel", first[0])  # an operator, or the cluster, ends the site's Slurm job
+        wait_for(lambda: site_rows(Job.objects.get(pk=job_id))[1]["state"].startswith("lost"), timeout=60,
+                 message="the job page to show the Slurm site lost")
+    finally:
+        for proc in lab_a:
+            proc.resume()
+    wait_for(lambda: site_rows(Job.objects.get(pk=job_id))[1]["state"] == "healed", timeout=90,
+             message=f"the Slurm site to come back and heal: {log_text(job_id)[-3000:]}")
+    job = wait_for(lambda: final(job_id), timeout=120, message="the job to finish")
+    text = log_text(job_id)
+    assert job.status == "succeeded", (job.error, text[-3000:])
+    assert "[site hpc] site lost: cancelled" in text and "outside TrainHub" in text
+    assert "[site lab-a]" in text and "[site hpc]" in text and "step 200/200" in text
+    runs = live_settings.TRAINHUB_RUNS_DIR
+    assert sites.same_weights(sites.final_weights(runs / f"job-{job_id}", 200),
+                              sites.final_weights(runs / f"job-{job_id}-site-hpc", 200))
+    assert [(r["pool"], r["state"], r["restarts"], r["outer_step"]) for r in site_rows(job)] == [
+        ("lab-a", "finished", 0, 4), ("hpc", "finished", 1, 4)]
+    events.thread.join(timeout=30)
+    seen = events.hpc_states()  # what a viewer of the job page saw, live
+    lost = next(i for i, row in enumerate(seen) if "lost, restarting in" in row)
+    assert any("healed" in row for row in seen[lost:]), seen
+    # submitted again as a new Slurm job, which ended with the job; nothing of the site left in Slurm
+    history = slurm_site_history(slurm_cluster_handle, job_id)
+    assert [(slurm_id == first[0], state) for slurm_id, state in history] == [(True, "CANCELLED"), (False, "COMPLETED")]
+
+
+def test_cancelling_a_job_with_a_slurm_site_ends_its_slurm_job_every_process_and_the_lighthouse(
+        two_kinds, user_client, slurm_cluster_handle, live_settings):
+    job_id = submit(user_client, spec(max_steps=100000))
+    wait_for(lambda: synced(job_id, "hpc/sync_outer_step") >= 1 and synced(job_id, "sync_outer_step") >= 1,
+             timeout=120, message=f"both sites to sync once: {log_text(job_id)[-3000:]}")
+    assert slurm_site_jobs(slurm_cluster_handle, job_id)
+    assert user_client.post(f"/api/jobs/{job_id}/cancel").status_code in (200, 202)
+    assert wait_for(lambda: final(job_id), timeout=90, message="the cancel").status == "cancelled"
+    runs = str(live_settings.TRAINHUB_RUNS_DIR)
+    lighthouse = f"[::]:{GangMember.objects.get(job_id=job_id, node_rank=0).lighthouse.rsplit(':', 1)[1]}"
+
+    def left() -> list[str]:
+        mine = (f"{runs}/job-{job_id}/", f"{runs}/job-{job_id}-site-", lighthouse)
+        procs = [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
+                 if any(part.startswith(mine) for part in p.info["cmdline"] or [])]
+        return procs + slurm_site_jobs(slurm_cluster_handle, job_id)
+    wait_for(lambda: not left(), timeout=60, message="the Slurm job, every process and the lighthouse to end")
