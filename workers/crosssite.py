@@ -228,7 +228,8 @@ def _tagger(spec, site: int):
 
 def _request(job: Job, site: int, run_dir: Path, config_name: str, kwargs: dict, env: dict) -> backends.RunRequest:
     request = executor.prepare(job, job.spec_model.for_site(site), run_dir, config_name=config_name,
-                               launch_kwargs=kwargs, env_extra=env)
+                               launch_kwargs=kwargs, env_extra=env,
+                               pool=WorkerPool.objects.get(name=job.spec_model.sites[site].pool))
     return dataclasses.replace(request, network=True)  # sites meet over TCP (lighthouse, peers)
 
 

@@ -20,7 +20,7 @@ from django.utils.module_loading import import_string
 from trainhub.runs.lifecycle import DB_ERRORS, Outcome, job_renew
 from trainhub.jobs import rundir, specpaths
 from trainhub.jobs.models import Job, Status
-from trainhub.pools.models import Workspace
+from trainhub.pools.models import WorkerPool, Workspace
 from workers import backends, process
 from workers.diskquota import DiskQuota
 from workers.events import EventReader
@@ -43,11 +43,13 @@ def run_dir_for(job: Job) -> Path:
 
 
 def prepare(job: Job, spec: JobSpec, run_dir: Path, *, config_name: str, launch_kwargs: dict,
-            env_extra: dict[str, str]) -> backends.RunRequest:
+            env_extra: dict[str, str], pool: WorkerPool | None = None) -> backends.RunRequest:
     """Write the job's config into its run directory and say what a backend is to start:
-    ``launch.argv`` (a gang's node: with ``launch_kwargs``) in the job's environment. The spec's paths
-    are checked again here (a row written past the submit check fails before any path is opened), and
-    only the places that hold them are shown to the sandbox, read-only."""
+    ``launch.argv`` (a gang's node: with ``launch_kwargs``) in the job's environment, sandboxed as
+    ``pool`` (the job's, or a cross-site job's site's) says. The spec's paths are checked again here
+    (a row written past the submit check fails before any path is opened), and only the places that
+    hold them are shown to the sandbox, read-only."""
+    pool = pool or job.pool
     places = specpaths.spec_places(spec, job.owner)
     run_dir.mkdir(parents=True, exist_ok=True)
     fence.claim(run_dir, job.attempt)  # a late run of an older attempt now writes nothing more here
@@ -60,9 +62,9 @@ def prepare(job: Job, spec: JobSpec, run_dir: Path, *, config_name: str, launch_
             **env_extra, "TRAINHUB_ATTEMPT": str(job.attempt),
             "TRAINHUB_GRACE_SECONDS": str(settings.TRAINHUB_GRACE_SECONDS)}),  # the guard's and the runner's grace
         cwd=launch.cwd(spec, run_dir, workspace_dir), run_dir=run_dir, job_id=job.pk, attempt=job.attempt,
-        node_rank=launch_kwargs.get("node_rank", 0), sandbox=job.pool.sandbox,
+        node_rank=launch_kwargs.get("node_rank", 0), sandbox=pool.sandbox,
         first_rank=launch_kwargs.get("node_rank", 0) * spec.resources.procs_per_node,
-        network=job.pool.sandbox_network or launch_kwargs.get("nnodes", 1) > 1,  # a gang's rendezvous
+        network=pool.sandbox_network or launch_kwargs.get("nnodes", 1) > 1,  # a gang's rendezvous
         read_only=((workspace_dir,) if workspace_dir else ()) + places)
 
 

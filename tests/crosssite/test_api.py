@@ -65,3 +65,17 @@ def test_a_site_on_a_slurm_pool_is_taken_and_is_one_place_however_many_nodes_slu
     # its worker submits the whole site as one Slurm job: one place, between lab-a's two and cloud-b's two
     assert crosssite.places(job.spec_model) == [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1)]
     assert needs(job)[0] == 5
+
+
+def test_each_site_runs_under_its_own_pools_sandbox_setting(two_pools, user, tmp_path, no_enqueue):  # noqa: F811
+    from trainhub.jobs.services import job_submit
+    from workers import crosssite
+
+    lab_a, cloud_b = two_pools
+    lab_a.sandbox, cloud_b.sandbox = "required", "off"
+    lab_a.save(update_fields=["sandbox"])
+    cloud_b.save(update_fields=["sandbox"])
+    job = job_submit(owner=user, data=SPEC)
+    sandboxes = [crosssite._request(job, site, tmp_path / f"site{site}", "job.yaml", {}, {}).sandbox
+                 for site in (0, 1)]
+    assert sandboxes == ["required", "off"]  # not site 0's pool's setting for both

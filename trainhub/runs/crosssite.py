@@ -39,11 +39,6 @@ def site_of(spec, place: int) -> tuple[int, int]:
     return places(spec)[place]
 
 
-def site_dir_name(spec, site: int) -> str:
-    """Where a site other than site 0 keeps its run directory, under the job's (``sites/<pool>``)."""
-    return f"sites/{spec.sites[site].pool}"
-
-
 def free_address() -> str:
     """host:port of a free port on this worker (its IP), reachable from the other sites."""
     host = socket.gethostbyname(os.environ.get("TRAINHUB_WORKER_ADDRESS") or socket.gethostname())
