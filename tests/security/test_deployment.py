@@ -24,6 +24,14 @@ def manage(tmp_path, *args, **env):
                           env={**base, "TRAINHUB_VAR_DIR": str(tmp_path), **env})
 
 
+def assert_stopped_with_one_line(result, expected: str) -> None:
+    """``manage`` failed with one line (deprecation notes aside) saying ``expected``, and no traceback."""
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip() and "deprecated" not in line]
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
 def test_check_deploy_has_no_warnings_under_the_production_settings(tmp_path):
     result = manage(tmp_path, "check", "--deploy", "--fail-level", "WARNING", **PRODUCTION)
     assert result.returncode == 0, result.stdout + result.stderr
