@@ -3,6 +3,8 @@ replayed, can page back through it, and shows the newest lines (then live ones) 
 event's handler in static/js/logview.js, with ``TRAINHUB_SSE_FINISHED_LINES`` at 300."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from tests.asgi_server import serving
@@ -26,21 +28,40 @@ def print_lines(job: Job, start: int, end: int) -> None:
         logs.append_lines(job.pk, [logs.Line(s, 0, "o", f"step {s} loss 0.5") for s in range(lo, min(end, lo + 1000))])
 
 
+@contextmanager
+def following(web, user_client, job: Job):
+    """A browser page on ``job`` once its log is live."""
+    from playwright.sync_api import expect
+
+    with browser_pages(web, user_client) as new_page:
+        page = new_page()
+        page.goto(f"{web.url}/jobs/{job.pk}")
+        expect(page.locator("#log-state")).to_have_text("live", timeout=15_000)
+        yield page
+
+
+@pytest.fixture
+def running_job(user, cpu_pool, monkeypatch):
+    """A running job of ``user`` whose first ``lines`` lines are stored."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop here
+
+    def make(name: str, lines: int) -> Job:
+        job = Job.objects.create(owner=user, name=name, mode="centralized", spec={}, pool=cpu_pool, status="running")
+        print_lines(job, 0, lines)
+        return job
+    return make
+
+
 def seqs_on_screen(page) -> list[int]:
     return page.eval_on_selector_all("#log > .line", "rows => rows.map(r => +r.dataset.seq)")
 
 
 def test_a_page_that_reconnects_after_a_finished_jobs_long_end_shows_the_notice_the_newest_lines_and_pages_back(
-        web, user, user_client, cpu_pool, monkeypatch):
+        web, user_client, running_job):
     from playwright.sync_api import expect
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop here
-    job = Job.objects.create(owner=user, name="long end", mode="centralized", spec={}, pool=cpu_pool, status="running")
-    print_lines(job, 0, 20)
-    with browser_pages(web, user_client) as new_page:
-        page = new_page()
-        page.goto(f"{web.url}/jobs/{job.pk}")
-        expect(page.locator("#log-state")).to_have_text("live", timeout=15_000)
+    job = running_job("long end", 20)
+    with following(web, user_client, job) as page:
         expect(page.locator("#L19")).to_contain_text("step 19")
         web.stop()  # a restart of the web server (or a laptop asleep): the page keeps trying to reconnect
         print_lines(job, 20, 3000)
@@ -64,16 +85,11 @@ def test_a_page_that_reconnects_after_a_finished_jobs_long_end_shows_the_notice_
 
 
 def test_following_again_after_a_long_pause_on_a_running_job_skips_to_the_newest_lines_and_goes_on_live(
-        web, user, user_client, cpu_pool, monkeypatch):
+        web, user_client, running_job):
     from playwright.sync_api import expect
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    job = Job.objects.create(owner=user, name="chatty", mode="centralized", spec={}, pool=cpu_pool, status="running")
-    print_lines(job, 0, 10)
-    with browser_pages(web, user_client) as new_page:
-        page = new_page()
-        page.goto(f"{web.url}/jobs/{job.pk}")
-        expect(page.locator("#log-state")).to_have_text("live", timeout=15_000)
+    job = running_job("chatty", 10)
+    with following(web, user_client, job) as page:
         follow = page.locator("#log-follow")
         follow.click()
         expect(follow).to_have_text("Paused · follow")
