@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import wait_for
 from tests.slurm.conftest import operator_cancel_reason
 from tests.slurm.test_jobs import (LONG, final, leftovers, log_text, slurm_pool, slurm_worker,  # noqa: F401 (fixtures)
                                    submit)
-from trainhub.jobs.models import JobEvent, LogLine
+from trainhub.jobs.models import Job, JobEvent, LogLine
 from trainhub.runs.models import SlurmRun
 
 pytestmark = pytest.mark.slow
@@ -72,11 +73,29 @@ def test_a_preempted_job_is_retried_and_resumes_from_its_checkpoint(slurm_worker
     slurm_job_of(job_id)
     checkpoints = Path(live_settings.TRAINHUB_RUNS_DIR) / f"job-{job_id}" / "checkpoints"
     wait_for(lambda: any(checkpoints.glob("step-*")), timeout=180, message="a checkpoint")
+    # Its training paused (SIGSTOP), so it cannot finish before Slurm preempts it: the job takes a few
+    # seconds, and an idle machine once trained it to the end before the urgent job was scheduled
+    training = [p for p in psutil.process_iter(["cmdline"])
+                if any(f"job-{job_id}/job.yaml" in part for part in p.info["cmdline"] or [])]
+    assert training
+    for proc in training:
+        proc.suspend()
     (tmp_path / "urgent.sh").write_text("#!/bin/bash\nsleep 8\n")
     cluster.run("sbatch", "--parsable", "--partition=urgent", "--nodes=2", "--exclusive",
                 f"--output={tmp_path}/urgent.out", str(tmp_path / "urgent.sh"))
-    wait_for(lambda: JobEvent.objects.filter(job_id=job_id, new="queued", reason__contains="preempted").exists(),
-             timeout=90, message="the preemption to be noticed")
+    try:
+        wait_for(lambda: JobEvent.objects.filter(job_id=job_id, new="queued", reason__contains="preempted").exists(),
+                 timeout=90, message="the preemption to be noticed")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; job {Job.objects.get(pk=job_id).status}, slurm: "
+                             f"{cluster.run('squeue', '-h', '-t', 'all', '-o', '%i %P %T %r %j')}\n"
+                             f"{log_text(job_id)[-3000:]}") from None
+    finally:
+        for proc in training:  # preemption ends them (SIGCONT, SIGTERM, SIGKILL); any left are not held
+            try:
+                proc.resume()
+            except psutil.NoSuchProcess:
+                pass
     job = wait_for(lambda: final(job_id), timeout=400, message="the retried attempt to finish")
     assert job.status == "succeeded" and job.attempt == 2, (job.error, log_text(job_id)[-3000:])
     assert "resumed at step" in log_text(job_id)
