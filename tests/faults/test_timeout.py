@@ -6,7 +6,7 @@ from tests.conftest import wait_for
 from trainhub.jobs.models import Job
 from trainhub.pools.models import Workspace
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
 
 BUSY = "import time\nwhile True:\n    print('still going', flush=True)\n    time.sleep(1)\n"
 

@@ -12,7 +12,7 @@ from workers import process
 from workers.backends import RunRequest, get
 from workers.backends.slurm import SlurmOptions, batch_script
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
 HOSTILE = ["$(touch /tmp/pwned-slurm)", "`touch /tmp/pwned-slurm2`", "a\nb; touch /tmp/pwned-slurm3", "'\"\\", "*"]
 
 

@@ -12,7 +12,7 @@ from tests.slurm.test_backend import finish, options, request
 from workers import slurm_cli
 from workers.backends import get
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
 SLEEP = "import time; print('up', flush=True); time.sleep(600)"
 
 

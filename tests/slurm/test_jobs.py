@@ -12,7 +12,7 @@ from tests.cli.conftest import token, trainhub, web_server  # noqa: F401 (fixtur
 from tests.conftest import wait_for
 from trainhub.jobs.models import Job, LogLine
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
 CLASSIFY = {"name": "digits on slurm", "pool": "hpc", "data": {"dataset": "digits", "batch_size": 64},
             "model": {"name": "mlp"}, "train": {"epochs": 1}}
 LONG = {"name": "long", "pool": "hpc", "data": {"dataset": "synthetic", "samples": 100000}, "train": {"epochs": 50}}

@@ -14,7 +14,7 @@ from tests.slurm.test_jobs import (LONG, final, leftovers, log_text, slurm_pool,
 from trainhub.jobs.models import Job, JobEvent, LogLine
 from trainhub.runs.models import SlurmRun
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
 
 
 def slurm_job_of(job_id: int) -> str:
