@@ -79,3 +79,17 @@ def test_each_site_runs_under_its_own_pools_sandbox_setting(two_pools, user, tmp
     sandboxes = [crosssite._request(job, site, tmp_path / f"site{site}", "job.yaml", {}, {}).sandbox
                  for site in (0, 1)]
     assert sandboxes == ["required", "off"]  # not site 0's pool's setting for both
+
+
+def test_the_api_job_has_each_sites_row_as_the_sites_panel_shows_it(api, user, two_pools, no_enqueue):  # noqa: F811
+    from tests.crosssite import sites
+    from trainhub.runs.models import GangMember
+
+    job = sites.running_job(user)
+    GangMember.objects.filter(job=job, node_rank=1).update(site_state="lost", restarts=1)
+    rows = api.get(f"/api/jobs/{job.pk}").json()["sites"]
+    assert [(r["pool"], r["state"], r["restarts"], r["max_restarts"], r["outer_step"], r["participants"])
+            for r in rows] == [("lab-a", "running", 0, 1, 1, 2), ("cloud-b", "lost", 1, 1, 1, 2)]
+    assert rows[0]["bytes"] == 4096 and rows[0]["last_sync_seconds"] == 0.25
+    single = api.post("/api/jobs", {"name": "one pool", "pool": "lab-a", "train": {"epochs": 1}}).json()["id"]
+    assert api.get(f"/api/jobs/{single}").json()["sites"] == []

@@ -10,11 +10,11 @@ from tests.crosssite import sites
 from trainhub.jobs.logs import read_lines
 from trainhub.jobs.models import Job, Metric
 from trainhub.jobs.services import job_submit
-from trainhub.jobs.views.sites import site_rows
+from trainhub.jobs.sites import site_rows
 from trainhub.pools.models import Worker, WorkerPool
 from trainhub.runs.models import GangMember
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
 # a lost site starts again after 5 s: the surviving site syncs alone as soon as the lost site's
 # heartbeat lapses (seconds), and a short pause keeps the survivor from training far ahead alone
 LOCAL = {"TRAINHUB_WORKER_ADDRESS": "127.0.0.1", "TRAINHUB_SITE_RESTART_SECONDS": "5"}

@@ -14,11 +14,11 @@ from tests.conftest import wait_for
 from tests.crosssite import sites
 from tests.slurm.test_jobs import final, log_text, slurm_pool, submit  # noqa: F401 (fixture)
 from trainhub.jobs.models import Job, Metric
-from trainhub.jobs.views.sites import site_rows
+from trainhub.jobs.sites import site_rows
 from trainhub.pools.models import Worker, WorkerPool
 from trainhub.runs.models import GangMember
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
 LOCAL = {"TRAINHUB_WORKER_ADDRESS": "127.0.0.1", "TRAINHUB_SITE_RESTART_SECONDS": "2"}
 
 

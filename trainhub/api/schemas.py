@@ -3,6 +3,8 @@ from typing import Any
 
 from ninja import Schema
 
+from trainhub.jobs.sites import site_rows
+
 
 class JobOut(Schema):
     id: int
@@ -42,6 +44,27 @@ class JobOut(Schema):
     @staticmethod
     def resolve_owner(job) -> str:
         return job.owner.username
+
+
+class SiteOut(Schema):
+    """One site of a cross-site job (docs/CROSS_SITE.md): as the job page's Sites panel shows it."""
+    pool: str
+    state: str  # running, lost, "lost, restarting in N s", healed, finished, failed for good …
+    restarts: int
+    max_restarts: int
+    outer_step: float | None  # its last sync's outer step (None before its first sync)
+    participants: float | None  # sites in that sync's quorum
+    bytes: float | None  # sent in that sync
+    last_sync_seconds: float | None
+    sync_seconds: float | None  # all its syncs together
+
+
+class JobDetailOut(JobOut):
+    sites: list[SiteOut] = []  # a cross-site job's sites, in the spec's order (empty for any other job)
+
+    @staticmethod
+    def resolve_sites(job) -> list[dict]:
+        return site_rows(job)
 
 
 class JobPage(Schema):

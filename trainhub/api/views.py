@@ -6,7 +6,7 @@ from ninja.security import HttpBearer, django_auth
 
 from trainhub.api import errors, files, pools, templates_api
 from trainhub.api.models import ApiToken
-from trainhub.api.schemas import Created, JobOut, JobPage, LogPage, Metrics, responses
+from trainhub.api.schemas import Created, JobDetailOut, JobOut, JobPage, LogPage, Metrics, responses
 from trainhub.api.views_common import job_for
 from trainhub.jobs import logs
 from trainhub.jobs.models import Status as JobStatus
@@ -64,7 +64,7 @@ def list_jobs(request, status: JobStatus | None = None, mode: str | None = None,
     return {"items": items, "next_before": items[-1].pk if len(items) == limit else None}
 
 
-@api.get("/jobs/{job_id}", response=responses({200: JobOut}))
+@api.get("/jobs/{job_id}", response=responses({200: JobDetailOut}))
 def get_job(request, job_id: int):
     return _job(request, job_id)
 

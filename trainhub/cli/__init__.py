@@ -181,6 +181,22 @@ def status(job_id, as_json):
     for key, value in rows:
         if value:
             out.print(f"{key:>10}  {value}", markup=False)
+    if job.get("sites"):  # a cross-site job: each site as the job page's Sites panel shows it
+        table = Table("Site (pool)", "State", "Restarts", "Outer step", "Participants", "Last sync", "Syncing",
+                      box=None, title="sites", title_justify="left")
+        for site in job["sites"]:
+            table.add_row(site["pool"], site["state"], f"{site['restarts']} of {site['max_restarts']}",
+                          _number(site["outer_step"]), _number(site["participants"]),
+                          _seconds(site["last_sync_seconds"]), _seconds(site["sync_seconds"]))
+        out.print(table)
+
+
+def _number(value) -> str:
+    return "" if value is None else f"{value:g}"
+
+
+def _seconds(value) -> str:
+    return "" if value is None else f"{value:.2f} s"
 
 
 @cli.command()

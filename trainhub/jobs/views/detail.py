@@ -20,7 +20,7 @@ from trainhub.jobs.models import Job
 from trainhub.jobs.services import job_cancel, job_resume_from, may_cancel
 from trainhub.jobs.views import job_for_user
 from trainhub.jobs.views.logs import log_window
-from trainhub.jobs.views.sites import site_rows
+from trainhub.jobs.sites import site_rows
 from workers.runner.config import SpecError, dump_yaml
 
 FRAGMENTS = ("status", "history", "files", "sites")

@@ -21,7 +21,7 @@ from trainhub.jobs import runfiles
 from trainhub.jobs.models import Job, JobEvent, Metric, Status
 from trainhub.jobs.views.detail import fragment_context
 from trainhub.jobs.views.logs import first_point, progress_payload
-from trainhub.jobs.views.sites import sites_key
+from trainhub.jobs.sites import sites_key
 
 FRAGMENTS = ("status", "history", "files", "sites")
 METRICS_KEPT = 20_000  # newest metric points a hub keeps for its viewers; older ones come from the database

@@ -1,6 +1,7 @@
-"""The job page's Sites panel (a cross-site job): each site's pool, its state and restarts,
-and its last sync (outer step, participants, bytes, time) — a partial of ``jobs/detail.html``
-sent on the page's one live stream like the other sections (``live.py``).
+"""Each site of a cross-site job: its pool, its state and restarts, and its last sync (outer
+step, participants, bytes, time). The job page's Sites panel (a partial of ``jobs/detail.html``,
+sent on the page's one live stream like the other sections, ``views/live.py``), the API's job
+(``sites``) and the CLI's ``trainhub status`` all show these rows.
 
 Each site's state is written by its worker on its places' ``GangMember`` rows (reached here
 through ``job.gang_members``: the runs package sits above this one); its sync metrics are the
