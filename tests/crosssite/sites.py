@@ -15,8 +15,8 @@ LIGHTHOUSE = str(Path(sys.executable).parent / "torchft_lighthouse")
 
 
 def spec(algorithm: str = "diloco", *, every: int = 10, max_steps: int = 60, pools=("lab-a", "cloud-b"),
-         min_sites: int = 1, **extra):
-    sync = {"algorithm": algorithm, "every": every, "timeout_seconds": 30, "min_sites": min_sites}
+         min_sites: int = 1, timeout_seconds: int = 30, **extra):
+    sync = {"algorithm": algorithm, "every": every, "timeout_seconds": timeout_seconds, "min_sites": min_sites}
     return parse_spec({"name": "cs", "mode": "ddp", "sites": [{"pool": p} for p in pools], "sync": sync,
                        "train": {"max_steps": max_steps, "epochs": 1000, "log_every_steps": 10},
                        "data": {"dataset": "digits", "batch_size": 32}, **extra})

@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from tests.conftest import wait_for
 from tests.crosssite import sites
 from workers.runner import launch
 from workers.runner.config import dump_yaml, parse_spec
@@ -82,3 +83,53 @@ def test_an_llm_job_runs_under_diloco_over_two_sites(tmp_path):
     assert sites.same_weights(sites.final_weights(tmp_path / "site0", 20), sites.final_weights(tmp_path / "site1", 20))
     metrics = [e["values"] for e in read_events(tmp_path / "site1")[0] if e["type"] == "metrics"]
     assert [m["sync_outer_step"] for m in metrics if "sync_outer_step" in m] == [1, 2, 3, 4]
+
+
+def heartbeating(port: int) -> str:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://localhost:{port}/status", timeout=5) as response:
+            return response.read().decode()
+    except OSError:
+        return ""  # not up yet
+
+
+def syncs(run_dir) -> list[dict]:
+    return [e["values"] for e in read_events(run_dir)[0] if e["type"] == "metrics" and "sync_outer_step" in e["values"]]
+
+
+def test_a_site_that_starts_late_is_waited_for_so_both_train_together_from_the_first_sync(tmp_path):
+    # min_sites 1, as a job has by default: torchft alone would let lab-a, heartbeating first, sync
+    # alone and train its 60 steps (well under a second) before cloud-b's process has imported torch
+    spec = sites.spec("diloco", every=10, max_steps=60)
+    port = sites.free_port()
+    lighthouse = sites.start_lighthouse(port)
+    try:
+        first = sites.start_site(spec, 0, tmp_path / "site0", f"http://localhost:{port}")
+        wait_for(lambda: "lab-a_0:" in heartbeating(port), timeout=120, message="lab-a's manager to heartbeat")
+        second = sites.start_site(spec, 1, tmp_path / "site1", f"http://localhost:{port}")
+        codes = [first.wait(timeout=400), second.wait(timeout=400)]
+    finally:
+        lighthouse.kill()
+        lighthouse.wait()
+    assert codes == [0, 0], (tmp_path / "site0" / "out.log").read_text()[-3000:]
+    for i in range(2):  # both sites in every sync, the first included
+        assert [(m["sync_outer_step"], m["sync_participants"]) for m in syncs(tmp_path / f"site{i}")] == [
+            (n, 2) for n in range(1, 7)]
+    assert sites.same_weights(sites.final_weights(tmp_path / "site0", 60), sites.final_weights(tmp_path / "site1", 60))
+
+
+def test_a_site_that_never_starts_is_waited_for_only_the_sync_timeout(tmp_path):
+    spec = sites.spec("diloco", every=10, max_steps=20, timeout_seconds=5)
+    port = sites.free_port()
+    lighthouse = sites.start_lighthouse(port, join_timeout_ms=5000)
+    try:
+        alone = sites.start_site(spec, 0, tmp_path / "site0", f"http://localhost:{port}")
+        assert alone.wait(timeout=400) == 0, (tmp_path / "site0" / "out.log").read_text()[-3000:]
+    finally:
+        lighthouse.kill()
+        lighthouse.wait()
+    out = (tmp_path / "site0" / "out.log").read_text()
+    assert "site lab-a: cloud-b_1 not started after 5 s (sync.timeout_seconds); training without them" in out, out
+    assert [m["sync_participants"] for m in syncs(tmp_path / "site0")] == [1, 1]

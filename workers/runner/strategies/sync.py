@@ -12,8 +12,11 @@ sync with the same weights.
 from __future__ import annotations
 
 import os
+import re
 import socket
+import sys
 import time
+import urllib.request
 from datetime import timedelta
 
 import torch
@@ -22,6 +25,13 @@ from workers.runner.strategies.base import Strategy
 
 #: how long a site may wait for a quorum (the other sites may still be starting)
 QUORUM_TIMEOUT = timedelta(minutes=10)
+#: how often a starting site reads the lighthouse's page while it waits for the other sites
+START_POLL_SECONDS = 0.2
+#: one heartbeat on the lighthouse's status page: "<replica id>:<uuid>: seen 0.0023s ago"
+_HEARTBEAT = re.compile(r"^\s*(\S+): seen ([0-9.]+)(ns|µs|us|ms|s) ago\s*$", re.MULTILINE)
+_UNIT = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+#: a manager heartbeats every 100 ms; one not seen for this long is not running (the lighthouse's default)
+HEARTBEAT_FRESH_SECONDS = 5.0
 
 
 def site_index(spec) -> int:
@@ -82,8 +92,57 @@ class SyncMixin:
             self.algorithm = LocalSGD(self.manager, self.raw_model, self.optimizer, sync_every=self.sync.every)
         self.algorithm.__enter__()
         self.optimizer.register_step_post_hook(self._after_sync)  # ... and this one after it
+        if self.rank == 0:
+            self._wait_for_every_site(timeout.total_seconds())
+        self.barrier()  # the site's other ranks start with its rank 0
         self.name = f"{self.sync.algorithm} over {self.name} (site {self.site}: {self.site_name})"
         return module
+
+    # -- starting together --------------------------------------------------------------
+    def _replica_ids(self) -> list[str]:
+        return [f"{site.pool}_{i}" for i, site in enumerate(self.spec.sites)]
+
+    def _wait_for_every_site(self, timeout: float) -> None:
+        """Train from the first step together: wait until every site's manager heartbeats the
+        lighthouse, at most ``sync.timeout_seconds``.
+
+        torchft's lighthouse forms a quorum of the sites that heartbeat at that moment. A site
+        whose process starts a few seconds after another's (torch's import on a busy host) is
+        not in that site's first quorum; on a short run the first site trained to its end alone
+        and the two ended with different weights. Waiting here, every site that started is in
+        the first quorum (the lighthouse waits for a heartbeating site that has not joined yet).
+        A site started again after a loss finds the others heartbeating and does not wait.
+        torchft 0.2 says who heartbeats only on the lighthouse's status page; a page this cannot
+        read does not stop the site, which then starts as torchft alone would have it."""
+        lighthouse = os.environ.get("TORCHFT_LIGHTHOUSE", "").rstrip("/")
+        wanted = set(self._replica_ids())
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{lighthouse}/status", timeout=5) as response:
+                    page = response.read().decode("utf-8", "replace")
+            except (OSError, ValueError) as exc:
+                if time.monotonic() >= deadline:
+                    print(f"site {self.site_name}: the lighthouse's status page did not answer ({exc}); "
+                          "starting without waiting for the other sites", file=sys.stderr, flush=True)
+                    return
+                time.sleep(START_POLL_SECONDS)
+                continue
+            if "<h2>Heartbeats</h2>" not in page:
+                print(f"site {self.site_name}: cannot read the lighthouse's status page (torchft changed?); "
+                      "starting without waiting for the other sites", file=sys.stderr, flush=True)
+                return
+            seen = {m.group(1).split(":")[0] for m in _HEARTBEAT.finditer(page)  # torchft adds ":<uuid>"
+                    if float(m.group(2)) * _UNIT[m.group(3)] < HEARTBEAT_FRESH_SECONDS}
+            missing = sorted(wanted - seen)
+            if not missing:
+                return
+            if time.monotonic() >= deadline:
+                print(f"site {self.site_name}: {', '.join(missing)} not started after {timeout:.0f} s "
+                      "(sync.timeout_seconds); training without them, they heal from a peer when they join",
+                      flush=True)
+                return
+            time.sleep(START_POLL_SECONDS)
 
     # -- torchft's view of this site's state (sent to a site that heals) -----------------
     def _state(self) -> dict:
