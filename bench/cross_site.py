@@ -16,8 +16,11 @@ between the sites crosses the veth, so its counters are the bytes on the wire.
 Each run trains the same model (digits, mlp) for the same number of optimizer steps per rank
 (``--steps``); DDP is one 2-node torchrun (c10d rendezvous across the link, gloo all-reduce
 every step); DiLoCo is two one-rank sites with a torchft lighthouse. Reported per run: wall
-time, time to reach ``--target`` training loss (site A's logged loss, first crossing), final
-loss and accuracy, bytes on the wire per step. Needs root (ip netns, tc).
+time, **time to each target** (``--target val_loss=0.3 --target val_acc=0.95``: the first
+evaluation that reaches it, seconds from the runner's start), final loss and accuracy, bytes
+on the wire per step. The model evaluated is the shared one: DDP's every ``--eval-every``
+steps, DiLoCo's right after each sync (every H steps; between syncs each site holds its own
+model, so a site's local loss says nothing about the job's). Needs root (ip netns, tc).
 
     .venv/bin/python bench/cross_site.py --mbit 20 --steps 200 --delay-ms 25
 """
@@ -192,10 +195,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def base_spec(steps: int, hidden: int) -> dict:
+def base_spec(steps: int, hidden: int, eval_every: int) -> dict:
     return {"name": "bench", "model": {"name": "mlp", "hidden": hidden},
             "data": {"dataset": "digits", "batch_size": 32},
-            "train": {"max_steps": steps, "epochs": 100000, "log_every_steps": 5, "eval_every_steps": steps}}
+            "train": {"max_steps": steps, "epochs": 100000, "log_every_steps": 5, "eval_every_steps": eval_every}}
 
 
 def start(spec, run_dir: Path, env_extra: dict, *, in_ns: bool, tag: str = "", **kwargs) -> subprocess.Popen:
@@ -213,8 +216,9 @@ def start(spec, run_dir: Path, env_extra: dict, *, in_ns: bool, tag: str = "", *
                             stderr=subprocess.STDOUT)
 
 
-def run_ddp(work: Path, steps: int, hidden: int) -> list[Path]:
-    spec = parse_spec({**base_spec(steps, hidden), "mode": "ddp", "resources": {"nodes": 2, "procs_per_node": 1}})
+def run_ddp(work: Path, steps: int, hidden: int, eval_every: int) -> list[Path]:
+    spec = parse_spec({**base_spec(steps, hidden, eval_every), "mode": "ddp",
+                       "resources": {"nodes": 2, "procs_per_node": 1}})
     rdzv = f"{HOST_IP}:{free_port()}"
     # one run directory, as a multi-node job's checkpoint expects (a shared filesystem)
     procs = [start(spec, work / "run", {"GLOO_SOCKET_IFNAME": [HOST_IF, NS_IF][i], "PET_LOCAL_ADDR": [HOST_IP, NS_IP][i]},
@@ -224,7 +228,8 @@ def run_ddp(work: Path, steps: int, hidden: int) -> list[Path]:
 
 
 def run_diloco(work: Path, steps: int, hidden: int, every: int) -> list[Path]:
-    spec = parse_spec({**base_spec(steps, hidden), "mode": "ddp", "sites": [{"pool": "a"}, {"pool": "b"}],
+    # evaluated right after each sync, when both sites hold the shared model
+    spec = parse_spec({**base_spec(steps, hidden, every), "mode": "ddp", "sites": [{"pool": "a"}, {"pool": "b"}],
                        "sync": {"algorithm": "diloco", "every": every, "timeout_seconds": 120}})
     port = free_port()
     lighthouse = subprocess.Popen([LIGHTHOUSE, "--min_replicas", "2", "--join_timeout_ms", "120000",
@@ -246,19 +251,40 @@ def wait(procs, work: Path) -> None:
         raise SystemExit(f"a run failed ({codes}); see {work}/*/out.log")
 
 
-def summarise(run_dirs: list[Path], steps: int, target: float, wall: float, wire: int) -> dict:
+def curve(events: list[dict], name: str, start_t: float) -> list[tuple[int, float, float]]:
+    """(step, seconds since the runner's start, value) of every point of metric ``name``."""
+    return [(e["step"], round(e["time"] - start_t, 3), e["values"][name]) for e in events
+            if e["type"] == "metrics" and name in e["values"]]
+
+
+def reached(points: list[tuple[int, float, float]], metric: str, target: float):
+    """The first point at or past ``target`` (accuracy: at least; a loss: at most), else None."""
+    better = (lambda v: v >= target) if metric.endswith("acc") else (lambda v: v <= target)
+    return next(((step, t) for step, t, value in points if better(value)), None)
+
+
+def summarise(run_dirs: list[Path], steps: int, targets: dict[str, float], wall: float, wire: int) -> dict:
     events = read_events(run_dirs[0])[0]
     start_t = next(e["time"] for e in events if e["type"] == "start")
-    losses = [(e["step"], e["time"] - start_t, e["values"]["train_loss"]) for e in events
-              if e["type"] == "metrics" and "train_loss" in e["values"]]
-    hit = next(((s, t) for s, t, loss in losses if loss <= target), None)
+    losses = curve(events, "train_loss", start_t)
+    evals = {name: curve(events, name, start_t) for name in ("val_loss", "val_acc")}
+    to_target = {}
+    for metric, target in targets.items():
+        hit = reached(evals.get(metric) or losses, metric, target)
+        to_target[f"{metric}={target}"] = {"step": hit[0], "seconds": hit[1]} if hit else None
     last = [e["values"] for e in events if e["type"] == "metrics"][-1]
     syncs = [e["values"]["sync_seconds"] for e in events if e["type"] == "metrics" and "sync_seconds" in e["values"]]
-    return {"wall_seconds": round(wall, 2), "train_seconds": round(losses[-1][1], 2),
-            "steps_to_target": hit[0] if hit else None, "seconds_to_target": round(hit[1], 2) if hit else None,
+    return {"wall_seconds": round(wall, 2), "train_seconds": round(losses[-1][1], 2), "to_target": to_target,
             "final_train_loss": losses[-1][2], "final_val_loss": last.get("val_loss"), "final_val_acc": last.get("val_acc"),
             "wire_bytes": wire, "wire_bytes_per_step": round(wire / steps), "syncs": len(syncs),
-            "sync_seconds_total": round(sum(syncs), 2), "loss_curve": losses}
+            "sync_seconds_total": round(sum(syncs), 2), "loss_curve": losses, "eval_curve": evals}
+
+
+def target_arg(text: str) -> tuple[str, float]:
+    metric, _, value = text.partition("=")
+    if metric not in ("val_loss", "val_acc", "train_loss") or not value:
+        raise argparse.ArgumentTypeError("METRIC=VALUE with METRIC val_loss, val_acc or train_loss, e.g. val_acc=0.95")
+    return metric, float(value)
 
 
 def main() -> None:
@@ -266,7 +292,9 @@ def main() -> None:
     parser.add_argument("--mbit", type=float, default=20.0, help="link rate each way (tc tbf)")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--hidden", type=int, default=256, help="mlp width (model size: bytes per sync)")
-    parser.add_argument("--target", type=float, default=0.5, help="training loss to reach")
+    parser.add_argument("--target", type=target_arg, action="append",
+                        help="METRIC=VALUE to time (repeatable; default val_loss=0.3 and val_acc=0.95)")
+    parser.add_argument("--eval-every", type=int, default=10, help="DDP's evaluation interval (DiLoCo: every sync)")
     parser.add_argument("--every", type=int, nargs="*", default=[10, 50, 200])
     parser.add_argument("--work", default="/tmp/trainhub-bench-cross-site")
     parser.add_argument("--delay-ms", type=float, default=0.0,
@@ -280,10 +308,12 @@ def main() -> None:
     if ns.delay_ms and shutil.which("nft") is None:
         raise SystemExit("--delay-ms needs nft for its redirect rules: apt-get install nftables")
     work = Path(ns.work)
+    targets = dict(ns.target or [("val_loss", 0.3), ("val_acc", 0.95)])
     results: dict = {"link": {"mbit_each_way": ns.mbit, "how": "veth pair between two network namespaces, tc tbf "
                               "on both ends" + ("; a delaying TCP proxy (nftables redirect) in each namespace"
                                                 if ns.delay_ms else "")},
-                     "steps": ns.steps, "hidden": ns.hidden, "target_train_loss": ns.target, "runs": {}}
+                     "steps": ns.steps, "hidden": ns.hidden, "targets": targets, "ddp_eval_every": ns.eval_every,
+                     "runs": {}}
     link_up(ns.mbit)
     proxies: list[subprocess.Popen] = []
     try:
@@ -294,22 +324,23 @@ def main() -> None:
         results["link"]["rtt_ms"] = measure_rtt()
         print(f"link: {ns.mbit} Mbit/s each way, TCP round trip {results['link']['rtt_ms']} ms "
               f"({results['link']['rtt_ms_without_delay']} ms without the added delay)", flush=True)
-        plans = [("ddp", lambda d: run_ddp(d, ns.steps, ns.hidden))]
+        plans = [("ddp", lambda d: run_ddp(d, ns.steps, ns.hidden, ns.eval_every))]
         plans += [(f"diloco_h{h}", (lambda h: lambda d: run_diloco(d, ns.steps, ns.hidden, h))(h)) for h in ns.every]
         for name, run in plans:
             shutil.rmtree(work / name, ignore_errors=True)
             before, t0 = wire_bytes(), time.monotonic()
             dirs = run(work / name)
-            results["runs"][name] = summarise(dirs, ns.steps, ns.target, time.monotonic() - t0, wire_bytes() - before)
+            results["runs"][name] = summarise(dirs, ns.steps, targets, time.monotonic() - t0, wire_bytes() - before)
             r = results["runs"][name]
-            print(f"{name}: {r['train_seconds']} s training, to loss {ns.target}: {r['seconds_to_target']} s "
-                  f"(step {r['steps_to_target']}), final loss {r['final_train_loss']:.3f} acc {r['final_val_acc']}, "
-                  f"{r['wire_bytes_per_step']} B/step on the wire", flush=True)
+            print(f"{name}: {r['train_seconds']} s training, to target: {r['to_target']}, final val loss "
+                  f"{r['final_val_loss']:.3f} acc {r['final_val_acc']}, {r['wire_bytes_per_step']} B/step on the wire",
+                  flush=True)
     finally:
         delay_down(proxies)
         link_down()
     record.write("cross_site", results)
-    print(json.dumps({k: {kk: v[kk] for kk in v if kk != "loss_curve"} for k, v in results["runs"].items()}, indent=1))
+    print(json.dumps({k: {kk: v[kk] for kk in v if not kk.endswith("_curve")} for k, v in results["runs"].items()},
+                     indent=1))
 
 
 if __name__ == "__main__":
