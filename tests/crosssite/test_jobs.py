@@ -14,7 +14,7 @@ from trainhub.jobs.sites import site_rows
 from trainhub.pools.models import Worker, WorkerPool
 from trainhub.runs.models import GangMember
 
-pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
+pytestmark = pytest.mark.slow
 # a lost site starts again after 5 s: the surviving site syncs alone as soon as the lost site's
 # heartbeat lapses (seconds), and a short pause keeps the survivor from training far ahead alone
 LOCAL = {"TRAINHUB_WORKER_ADDRESS": "127.0.0.1", "TRAINHUB_SITE_RESTART_SECONDS": "5"}
@@ -96,6 +96,7 @@ def metric_values(job, name) -> list[float]:
     return list(Metric.objects.filter(job=job, name=name).order_by("step").values_list("value", flat=True))
 
 
+@pytest.mark.db_agnostic  # what it adds over the DiLoCo job test is torchft's healing / the LLM workload
 def test_a_killed_site_is_restarted_heals_from_its_peer_and_both_end_with_identical_weights(
         site_workers, user, live_settings):
     # timeout 10 s: a sync the dead site was in fails within 10 s. lab-a must still be training when
@@ -148,6 +149,7 @@ def test_cancel_stops_every_site_and_the_lighthouse(site_workers, user, live_set
              message="every site's processes and the lighthouse to end")
 
 
+@pytest.mark.db_agnostic  # what it adds over the DiLoCo job test is torchft's healing / the LLM workload
 def test_an_llm_job_submitted_through_the_api_trains_both_sites_to_identical_weights(
         site_workers, user_client, live_settings):
     # the tiny debug-size llama and the byte tokenizer; min_sites 2: both sites in each of the three syncs
