@@ -147,3 +147,28 @@ def test_cancelling_a_job_with_a_slurm_site_ends_its_slurm_job_every_process_and
                  if any(part.startswith(mine) for part in p.info["cmdline"] or [])]
         return procs + slurm_site_jobs(slurm_cluster_handle, job_id)
     wait_for(lambda: not left(), timeout=60, message="the Slurm job, every process and the lighthouse to end")
+
+
+def test_a_two_node_slurm_site_trains_with_ddp_across_both_nodes_and_ends_with_the_local_sites_weights(
+        start_worker, slurm_pool, slurm_cluster, slurm_cluster_handle, user_client, live_settings):  # noqa: F811
+    # two ranks per site (torchft pairs rank r of each site): lab-a one node of two processes, hpc
+    # one process on each of the Slurm cluster's two nodes, its torchrun rendezvous from the allocation
+    WorkerPool.objects.create(name="lab-a", queue="lab-a", kind="cpu")
+    start_worker("lab-a", slots=2, name="lab-a@test", extra_env=LOCAL)
+    start_worker("hpc", slots=2, name="hpc@test", extra_env={**LOCAL, "SLURM_CONF": slurm_cluster})
+    wait_for(lambda: Worker.objects.filter(hostname__in=["lab-a@test", "hpc@test"]).count() == 2,
+             message="both sites' workers to register")
+    job_id = submit(user_client, {**spec(), "sites": [{"pool": "lab-a", "procs_per_node": 2},
+                                                      {"pool": "hpc", "nodes": 2, "procs_per_node": 1}]})
+    job = wait_for(lambda: final(job_id), timeout=300, message="the job to finish")
+    text = log_text(job_id)
+    assert job.status == "succeeded", (job.error, text[-3000:])
+    assert "[site hpc] rank 0/2 ready" in text and "[site hpc] rank 1/2 ready" in text
+    # the Slurm site was one Slurm job over both nodes (its torchrun rendezvous from the allocation)
+    assert slurm_cluster_handle.run("squeue", "-h", "-t", "all", "-n", f"trainhub-{job_id}-site-hpc",
+                                    "-o", "%N %T").split() == ["n[1-2]", "COMPLETED"]
+    runs = live_settings.TRAINHUB_RUNS_DIR
+    assert sites.same_weights(sites.final_weights(runs / f"job-{job_id}", 200),
+                              sites.final_weights(runs / f"job-{job_id}-site-hpc", 200))
+    assert [(r["pool"], r["state"], r["outer_step"], r["participants"]) for r in site_rows(job)] == [
+        ("lab-a", "finished", 4, 2), ("hpc", "finished", 4, 2)]
