@@ -24,13 +24,23 @@ from django.db import connection
 from trainhub.jobs.models import Job, Metric
 
 log = logging.getLogger(__name__)
-_POINTS: dict[int, int] = {}  # job id → points stored, as this process counts them
-_FULL: set[int] = set()  # jobs whose points cannot be thinned below the cap: no more are stored
+#: jobs whose counts a process keeps (a worker runs on through many jobs): the least recently
+#: stored are forgotten first, and counted again from the database should they store once more
+TRACKED_JOBS = 10_000
+_POINTS: dict[int, int] = {}  # job id → points stored, as this process counts them (least recent first)
+_FULL: dict[int, None] = {}  # jobs whose points cannot be thinned below the cap: no more are stored
 
 
 def full(job_id: int) -> bool:
     """Whether new points of this job are no longer stored (see the module doc)."""
     return job_id in _FULL
+
+
+def _remember(table: dict, job_id: int, value) -> None:
+    table.pop(job_id, None)
+    table[job_id] = value
+    while len(table) > TRACKED_JOBS:
+        del table[next(iter(table))]
 
 
 def stored(job_id: int, added: int) -> None:
@@ -48,7 +58,7 @@ def stored(job_id: int, added: int) -> None:
             if not helped:  # the series hold one or two points each: halving cannot help
                 break
         if count > cap:
-            _FULL.add(job_id)
+            _remember(_FULL, job_id, None)
             note = (f"Metrics capped at {cap:,} points (TRAINHUB_METRIC_MAX_POINTS): spread over too many series "
                     f"to thin, so points logged after that were not stored.")
         else:
@@ -56,7 +66,7 @@ def stored(job_id: int, added: int) -> None:
                     f"series keeps its first and last points and every other point of the older ones.")
         Job.objects.filter(pk=job_id).update(metrics_note=note)
         log.warning("job %s: %d metric points over the cap of %d; %d left after thinning", job_id, before, cap, count)
-    _POINTS[job_id] = count
+    _remember(_POINTS, job_id, count)
 
 
 def thin(job_id: int) -> int:
