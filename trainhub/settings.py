@@ -186,6 +186,9 @@ TRAINHUB_HEARTBEAT_SECONDS = envint("TRAINHUB_HEARTBEAT_SECONDS", 10, minimum=1)
 TRAINHUB_OFFLINE_SECONDS = envint("TRAINHUB_OFFLINE_SECONDS", 60, minimum=1)
 # Seconds a multi-node job waits for all its nodes after the first joins (docs/POOLS.md).
 TRAINHUB_GANG_TIMEOUT_SECONDS = envfloat("TRAINHUB_GANG_TIMEOUT_SECONDS", 120, minimum=0)
+#: the address other nodes and sites reach this worker at (a rendezvous, a lighthouse, a site's store);
+#: "" = this host name's address. Set it to the overlay's (VPN, WireGuard) address between sites.
+TRAINHUB_WORKER_ADDRESS = envstr("TRAINHUB_WORKER_ADDRESS", "")
 #: a cross-site job's lost site starts again after this pause (its peers sync without it meanwhile)
 TRAINHUB_SITE_RESTART_SECONDS = envfloat("TRAINHUB_SITE_RESTART_SECONDS", 5, minimum=0)
 # Log lines kept per job of each pool, e.g. "gpu=5000000,*=0" (trainhub/jobs/retention.py parses it);

@@ -33,6 +33,7 @@ from trainhub.jobs import rundir
 from trainhub.jobs.models import Job, Metric, Status
 from trainhub.runs import crosssite
 from trainhub.pools.models import WorkerPool
+from trainhub.pools.registry import free_address
 from trainhub.runs.lifecycle import Outcome
 from trainhub.runs.models import GangMember
 from workers import backends, executor, gang_logs
@@ -269,7 +270,7 @@ def run_place(member: GangMember, job: Job, env_extra: dict[str, str]) -> Outcom
     site, node = crosssite.site_of(spec, member.node_rank)
     address = crosssite.lighthouse_address(member)
     env = {**env_extra, "TORCHFT_LIGHTHOUSE": address,
-           "TRAINHUB_SITE_ADDRESS": crosssite.free_address().rsplit(":", 1)[0]}
+           "TRAINHUB_SITE_ADDRESS": free_address().rsplit(":", 1)[0]}
     runner = site_runner(job, site)
     env, kwargs = runner.adapt(env, crosssite.launch_kwargs(member, spec))
     if member.node_rank != 0:

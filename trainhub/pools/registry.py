@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import platform
+import socket
 from importlib import metadata
 
 from django.conf import settings
@@ -32,6 +33,15 @@ def host_info() -> dict:
             "python": platform.python_version(), "platform": platform.platform(), "host": platform.node(),
             "gpus": gpus.inventory(), "torch": _version("torch"), "deepspeed": _version("deepspeed"),
             "pid": os.getpid()}
+
+
+def free_address() -> str:
+    """host:port of a free port on this worker, at the address other nodes and sites reach it by
+    (``TRAINHUB_WORKER_ADDRESS``, else this host name's): a gang's rendezvous, a lighthouse."""
+    host = socket.gethostbyname(settings.TRAINHUB_WORKER_ADDRESS or socket.gethostname())  # an IP
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return f"{host}:{s.getsockname()[1]}"
 
 
 def worker_online(hostname: str) -> Worker | None:

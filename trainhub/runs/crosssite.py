@@ -12,13 +12,11 @@ number of nodes) is one place, taken by one worker of that pool, which submits t
 """
 from __future__ import annotations
 
-import os
-import socket
-
 from django.db import IntegrityError, transaction
 
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Worker, WorkerPool
+from trainhub.pools.registry import free_address
 from trainhub.runs.models import GangMember, GpuLease
 
 
@@ -37,14 +35,6 @@ def backend_placed(spec) -> set[str]:
 
 def site_of(spec, place: int) -> tuple[int, int]:
     return places(spec)[place]
-
-
-def free_address() -> str:
-    """host:port of a free port on this worker (its IP), reachable from the other sites."""
-    host = socket.gethostbyname(os.environ.get("TRAINHUB_WORKER_ADDRESS") or socket.gethostname())
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return f"{host}:{s.getsockname()[1]}"
 
 
 def join(job: Job, worker: Worker, gpus: list[int]) -> GangMember | None:

@@ -12,8 +12,6 @@ queue after a short wait, the job's status untouched.
 """
 from __future__ import annotations
 
-import os
-import socket
 import threading
 from dataclasses import dataclass, field
 
@@ -21,6 +19,7 @@ from django.db import IntegrityError, transaction
 
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Worker, WorkerPool
+from trainhub.pools.registry import free_address
 from trainhub.runs import crosssite
 from trainhub.runs.fair import candidates, owner_usage
 from trainhub.runs.lifecycle import job_claim
@@ -62,14 +61,6 @@ def slots_used(worker: Worker) -> int:
     return single + GangMember.objects.filter(worker=worker, done=False).count()
 
 
-def rendezvous_address() -> str:
-    """host:port of a free port on this host, reachable by the gang's other nodes."""
-    host = socket.gethostbyname(os.environ.get("TRAINHUB_WORKER_ADDRESS") or socket.gethostname())  # an IP
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return f"{host}:{s.getsockname()[1]}"
-
-
 def gang_join(job: Job, worker: Worker, gpus: list[int], nodes: int) -> GangMember | None:
     """Take the next node rank of this attempt's gang, with this worker's GPUs; None if full or raced."""
     try:
@@ -78,7 +69,7 @@ def gang_join(job: Job, worker: Worker, gpus: list[int], nodes: int) -> GangMemb
             if taken >= nodes or not Job.objects.filter(pk=job.pk, status=Status.QUEUED, attempt=job.attempt).exists():
                 return None
             member = GangMember.objects.create(job=job, attempt=job.attempt, worker=worker, node_rank=taken,
-                                               address=rendezvous_address() if taken == 0 else "",
+                                               address=free_address() if taken == 0 else "",
                                                lease_token=job.lease_token + 1)
             GpuLease.objects.bulk_create([GpuLease(worker=worker, index=i, job_id=job.pk,
                                                    lease_token=job.lease_token + 1) for i in gpus])
