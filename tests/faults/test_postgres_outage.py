@@ -95,7 +95,9 @@ def test_an_outage_longer_than_the_lease_stops_the_job_and_the_lease_path_retrie
     team_workspace(tmp_path)
     worker = start_worker("cpu", extra_env={"DATABASE_URL": through(proxy), "TRAINHUB_LEASE_SECONDS": "6",
                                             "TRAINHUB_HEARTBEAT_SECONDS": "1"})
-    ticks = 300  # about 15 s: still printing when the worker gives up on its lease, 4 to 7 s into the outage
+    # about 25 s: still printing when the worker gives up on its lease, 4 to 7 s into the outage, with
+    # room for a loaded machine to notice the first lines late (15 s left it about 5 s)
+    ticks = 500
     job = job_submit(owner=user, data=script("ticker.py", str(ticks), "0.05", max_restarts=1))
     wait_for(lambda: Job.objects.get(pk=job.pk).log_lines > 20, timeout=90, message="the job to print")
     assert proxy.down() >= 1
@@ -164,7 +166,8 @@ def test_a_job_whose_message_arrives_while_the_database_is_down_runs_once_it_is_
     wait_for(lambda: Worker.objects.filter(pool=cpu_pool).exists(), timeout=60, message="the worker to register")
     proxy.down()
     job = job_submit(owner=user, data=script("ticker.py", "5", "0"))  # sent through Redis, which is up
-    time.sleep(6)  # the worker has the message and has tried to claim it, more than once
+    wait_for(lambda: f"job {job.pk}: database unavailable while claiming" in worker.output(), timeout=60,
+             message="the worker to have the message and fail to claim it")
     assert Job.objects.get(pk=job.pk).status == Status.QUEUED
     proxy.up()
 

@@ -14,9 +14,12 @@ BANNER = "SSH-2.0-OpenSSH_9.2 internal-db-7 ready"
 
 
 class Receiver:
-    def __init__(self, codes: list[int], delay: float = 0.0, tls=None):
+    def __init__(self, codes: list[int], delay: float = 0.0, tls=None, hold: bool = False):
         self.codes = list(codes)  # answers for the first requests; 200 after that
         self.delay = delay  # seconds each answer takes
+        self.release = threading.Event()  # hold=True: no answer until the test sets it
+        if not hold:
+            self.release.set()
         self.requests: list[dict] = []
         receiver = self
 
@@ -27,6 +30,7 @@ class Receiver:
                 receiver.requests.append({"at": time.monotonic(), "path": self.path, "headers": dict(self.headers),
                                           "json": json.loads(body), "code": code})
                 time.sleep(receiver.delay)
+                receiver.release.wait(timeout=300)
                 self.send_response(code, None if code == 200 else BANNER)
                 self.end_headers()
                 self.wfile.write(b"ok" if code == 200 else BANNER.encode())
@@ -50,12 +54,13 @@ class Receiver:
 def receiver():
     made: list[Receiver] = []
 
-    def make(codes=(), delay=0.0, tls=None):
-        made.append(Receiver(list(codes), delay, tls))
+    def make(codes=(), delay=0.0, tls=None, hold=False):
+        made.append(Receiver(list(codes), delay, tls, hold))
         return made[-1]
 
     yield make
     for r in made:
+        r.release.set()
         r.close()
 
 

@@ -5,6 +5,8 @@ import time
 
 import pytest
 
+from django.utils import timezone
+
 from tests.conftest import wait_for
 from trainhub.notify.models import NotificationDelivery
 from trainhub.notify.pool import POOL
@@ -31,16 +33,19 @@ def _kill(worker) -> None:
 def test_a_webhook_waiting_for_its_retry_when_the_worker_is_killed_is_delivered_once_after_a_restart(
         start_worker, cpu_pool, user_client, receiver):
     hook = receiver([500, 500])  # fails twice, then takes it
-    worker = start_worker("cpu", extra_env=ENV)
+    # a long wait before the second try, so the kill surely lands in it (3 s left a loaded machine
+    # little room); once the worker is dead the row is made due, as if the wait had passed
+    worker = start_worker("cpu", extra_env={**ENV, "TRAINHUB_NOTIFY_BACKOFF_SECONDS": "600"})
     job_id = _submit(user_client, hook)
     waiting = wait_for(lambda: NotificationDelivery.objects.filter(job_id=job_id, attempts=1, status="pending",
                                                                     claimed_until=None).first(),
                        timeout=180, message=f"the first failed try ({worker.output()[-2000:]})")
     assert not POOL.running  # the worker is the only process delivering: this test's own process is not
 
-    _kill(worker)  # during the 3 s wait before the second try
+    _kill(worker)  # during the wait before the second try
+    NotificationDelivery.objects.filter(pk=waiting.pk).update(next_attempt_at=timezone.now())
     time.sleep(5)
-    assert len(hook.requests) == 1  # nothing else sends it while no worker runs
+    assert len(hook.requests) == 1  # nothing else sends it while no worker runs, due as it is
     assert NotificationDelivery.objects.get(pk=waiting.pk).status == "pending"
 
     restarted = start_worker("cpu", extra_env=ENV)
@@ -59,13 +64,14 @@ def test_a_webhook_waiting_for_its_retry_when_the_worker_is_killed_is_delivered_
 def test_a_webhook_whose_worker_is_killed_mid_request_is_sent_again_with_the_same_idempotency_key(
         start_worker, cpu_pool, user_client, receiver):
     """At least once: the receiver got the first request, but its answer was never recorded."""
-    hook = receiver(delay=3)  # every answer takes 3 s
+    hook = receiver(hold=True)  # no answer until the worker is dead
     env = {**ENV, "TRAINHUB_NOTIFY_CLAIM_SECONDS": "4"}  # a try holds its row for 4 s
     worker = start_worker("cpu", extra_env=env)
     job_id = _submit(user_client, hook)
     wait_for(lambda: hook.requests, timeout=180, message=f"the first request ({worker.output()[-2000:]})")
 
     _kill(worker)  # while the receiver is still answering
+    hook.release.set()
     delivery = NotificationDelivery.objects.get(job_id=job_id)
     assert (delivery.status, delivery.attempts) == ("pending", 1) and delivery.claimed_until is not None
 

@@ -66,7 +66,7 @@ def test_jobs_run_on_their_own_pool_highest_priority_first(start_worker, cpu_poo
     start_worker("cpu", slots=1, name="cpu1@test")
     start_worker("other", slots=1, name="other1@test")
     online("cpu1@test"), online("other1@test")
-    blocker = job_submit(owner=user, data=sleeper(2))
+    blocker = job_submit(owner=user, data=sleeper(5))  # running until the three below are all queued
     wait_for(lambda: Job.objects.get(pk=blocker.pk).status == "running", message="the blocker to start")
     low = job_submit(owner=user, data=sleeper(0.1, priority=0))
     mid = job_submit(owner=user, data=sleeper(0.1, priority=0))
@@ -85,7 +85,8 @@ def test_slots_change_without_restart_and_a_drained_pool_finishes_running_jobs_b
         start_worker, cpu_pool, user, sleeper):
     start_worker("cpu", slots=3, name="cpu1@test")  # can run 3 at once; the pool allows 1
     online("cpu1@test")
-    first, second = job_submit(owner=user, data=sleeper(6)), job_submit(owner=user, data=sleeper(2))
+    # the first runs 15 s: still running once the second has waited, the slots changed and it started
+    first, second = job_submit(owner=user, data=sleeper(15)), job_submit(owner=user, data=sleeper(2))
     wait_for(lambda: Job.objects.get(pk=first.pk).status == "running", message="the first job to start")
     time.sleep(1.5)
     assert Job.objects.get(pk=second.pk).status == "queued"  # one slot: the second waits
