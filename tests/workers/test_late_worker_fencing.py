@@ -25,8 +25,12 @@ def frozen_tree(worker_pid: int, job_id: int) -> list[psutil.Process]:
 
 
 def snapshot(job: Job, run_dir: Path) -> dict:
+    # A run frozen while it wrote a checkpoint finishes that write into its temporary directory
+    # (checkpoints/.tmp-step-N) when it wakes, then meets the fence and removes it: resume reads only
+    # the renamed step-N directories, and those it must not touch. The temporary ones are left out.
     files = {str(p.relative_to(run_dir)): p.stat().st_mtime_ns
-             for p in run_dir.rglob("*") if p.is_file() and "logs" not in p.parts}
+             for p in run_dir.rglob("*") if p.is_file() and "logs" not in p.parts
+             and not any(part.startswith(".tmp-step-") for part in p.parts)}
     job.refresh_from_db()
     return {"status": (job.status, job.attempt, job.error, job.finished_at),
             "events": list(JobEvent.objects.filter(job=job).values_list("pk", flat=True)),
@@ -53,13 +57,13 @@ def test_a_worker_that_wakes_after_its_job_was_recovered_changes_nothing(start_w
                         timeout=240, message="the job to be recovered and finished by the other worker")
         assert done.status == "succeeded", done.error
         assert done.attempt == 2 and done.worker.hostname == "rescuer@test"
+        run_dir = Path(live_settings.TRAINHUB_RUNS_DIR) / f"job-{job.pk}"
+        before = snapshot(job, run_dir)  # what the rescuer left, taken while the late worker is still frozen
+        assert before["checkpoints"], "the rescuer wrote checkpoints"
     finally:
         for proc in frozen:
             if proc.is_running():
                 proc.send_signal(signal.SIGCONT)
-    run_dir = Path(live_settings.TRAINHUB_RUNS_DIR) / f"job-{job.pk}"
-    before = snapshot(job, run_dir)
-    assert before["checkpoints"], "the rescuer wrote checkpoints"
 
     # The late worker gets a whole lease period and its kill grace to do its worst.
     time.sleep(5 + 3 + 4)
