@@ -34,6 +34,11 @@ _UNIT = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 HEARTBEAT_FRESH_SECONDS = 5.0
 
 
+def replica_id(pool: str, site: int) -> str:
+    """A site's torchft replica group id: torchft reads the trailing digits as the group's number."""
+    return f"{pool}_{site}"
+
+
 def site_index(spec) -> int:
     """Which site runs this process: the site whose pool the (per-site) spec names."""
     return [site.pool for site in spec.sites].index(spec.pool)
@@ -79,7 +84,7 @@ class SyncMixin:
             pg=ProcessGroupGloo(timeout=timeout), load_state_dict=self._load_state, state_dict=self._state,
             min_replica_size=self.sync.min_sites, use_async_quorum=False, timeout=timeout,
             quorum_timeout=QUORUM_TIMEOUT, connect_timeout=timeout, rank=self.rank, world_size=self.world_size,
-            replica_id=f"{self.site_name}_{self.site}",  # torchft reads the trailing digits as the group's number
+            replica_id=replica_id(self.site_name, self.site),
             hostname=address, store_addr=address if standalone else None)
         self._payload = sum(p.numel() * p.element_size() for p in self.raw_model.parameters())
         self.optimizer.register_step_post_hook(self._before_sync)  # runs before torchft's hook ...
@@ -99,9 +104,6 @@ class SyncMixin:
         return module
 
     # -- starting together --------------------------------------------------------------
-    def _replica_ids(self) -> list[str]:
-        return [f"{site.pool}_{i}" for i, site in enumerate(self.spec.sites)]
-
     def _wait_for_every_site(self, timeout: float) -> None:
         """Train from the first step together: wait until every site's manager heartbeats the
         lighthouse, at most ``sync.timeout_seconds``.
@@ -115,7 +117,7 @@ class SyncMixin:
         torchft 0.2 says who heartbeats only on the lighthouse's status page; a page this cannot
         read does not stop the site, which then starts as torchft alone would have it."""
         lighthouse = os.environ.get("TORCHFT_LIGHTHOUSE", "").rstrip("/")
-        wanted = set(self._replica_ids())
+        wanted = {replica_id(site.pool, i) for i, site in enumerate(self.spec.sites)}
         deadline = time.monotonic() + timeout
         while True:
             try:
