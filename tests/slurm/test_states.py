@@ -76,7 +76,7 @@ def test_a_preempted_job_is_retried_and_resumes_from_its_checkpoint(slurm_worker
     # Its training paused (SIGSTOP), so it cannot finish before Slurm preempts it: the job takes a few
     # seconds, and an idle machine once trained it to the end before the urgent job was scheduled
     training = [p for p in psutil.process_iter(["cmdline"])
-                if any(f"job-{job_id}/job.yaml" in part for part in p.info["cmdline"] or [])]
+                if f"{live_settings.TRAINHUB_RUNS_DIR}/job-{job_id}/job.yaml" in (p.info["cmdline"] or [])]
     assert training
     for proc in training:
         proc.suspend()
