@@ -17,6 +17,7 @@ def job(user, cpu_pool, settings, tmp_path):
     (run / "checkpoints" / "step-10").mkdir(parents=True)
     (run / "checkpoints" / "step-10" / "state.pt").write_bytes(b"weights" * 100)
     (run / "checkpoints" / ".tmp-step-20").mkdir()
+    (run / "checkpoints" / ".tmp-step-30-a2").mkdir()  # attempt 2 of the job, still writing
     (run / "final").mkdir()
     (run / "final" / "model.pt").write_bytes(b"model")
     (run / "metrics.json").write_text('{"val_acc": 0.9}')

@@ -26,7 +26,7 @@ def frozen_tree(worker_pid: int, job_id: int) -> list[psutil.Process]:
 
 def snapshot(job: Job, run_dir: Path) -> dict:
     # A run frozen while it wrote a checkpoint finishes that write into its temporary directory
-    # (checkpoints/.tmp-step-N) when it wakes, then meets the fence and removes it: resume reads only
+    # (checkpoints/.tmp-step-N-a1) when it wakes, then meets the fence and removes it: resume reads only
     # the renamed step-N directories, and those it must not touch. The temporary ones are left out.
     files = {str(p.relative_to(run_dir)): p.stat().st_mtime_ns
              for p in run_dir.rglob("*") if p.is_file() and "logs" not in p.parts

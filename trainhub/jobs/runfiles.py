@@ -164,7 +164,7 @@ def checkpoints(job_id: int) -> list[dict]:
         with os.scandir(ckpt_fd) as entries:
             steps = [(e.name, e.stat(follow_symlinks=False)) for e in entries
                      if e.name.startswith("step-") and e.name[5:].isdigit() and e.is_dir(follow_symlinks=False)]
-        for name, st in steps:  # .tmp-step-N is a checkpoint still being written
+        for name, st in steps:  # .tmp-step-N(-a<attempt>) is a checkpoint still being written
             step_fd = _open_dir_at(ckpt_fd, name)
             if step_fd is None:
                 continue

@@ -2,8 +2,12 @@
 
 Each holds the strategy's files (``state.pt``, or the DeepSpeed engine's shards written by
 every rank), each rank's RNG state (``rng-rank<R>.pt``) and the resolved config beside
-them. A checkpoint is first written to ``.tmp-step-<N>`` and renamed when complete, so a
-crash mid-write never leaves a half checkpoint that resume would pick.
+them. A checkpoint is first written to a temporary ``.tmp-step-<N>-a<attempt>`` (``.tmp-step-<N>``
+for the bare runner) and renamed when complete, so a crash mid-write never leaves a half checkpoint
+that resume would pick. The attempt is in the name because a superseded attempt that wakes late
+(``fence``) may still be writing the same step as the run that took its job over; with one shared
+name each would delete or fill the other's unfinished directory. Temporary directories that no live
+run of this attempt owns (a crash's, an older attempt's) are removed by the next save.
 
 Every file is read with ``torch.load(weights_only=True)`` (``load_file``): tensors and plain
 Python values only. A checkpoint can come from another job (``checkpoint.start_from``), and a
@@ -11,6 +15,7 @@ pickle that builds arbitrary objects would run that job's code here.
 """
 from __future__ import annotations
 
+import os
 import pickle
 import random
 import re
@@ -26,6 +31,8 @@ from workers.runner.config import dump_yaml
 
 DIR = "checkpoints"
 _NAME = re.compile(r"^step-(\d+)$")
+TMP_PREFIX = ".tmp-step-"
+_TMP_NAME = re.compile(r"^\.tmp-step-\d+(?:-a(\d+))?$")
 
 
 def root(run_dir: Path) -> Path:
@@ -41,28 +48,70 @@ def latest(run_dir: Path) -> Path | None:
 def save(strategy, run_dir: Path, step: int, state: dict[str, Any], spec, keep_last: int) -> Path:
     """Write a checkpoint of ``step``; every rank must call this. Returns the final directory."""
     final = root(run_dir) / f"step-{step}"
-    tmp = root(run_dir) / f".tmp-step-{step}"
+    tmp = root(run_dir) / tmp_name(step)
     fence.check(run_dir)
-    if strategy.is_main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    strategy.barrier()
-    strategy.save_checkpoint(tmp, state)
-    torch.save(_rng_state(), tmp / f"rng-rank{strategy.rank}.pt")
-    strategy.barrier()
-    if strategy.is_main:
-        (tmp / "config.resolved.yaml").write_text(dump_yaml(spec), encoding="utf-8")
-        try:
+    try:
+        if strategy.is_main:
+            _remove_stale_tmp(run_dir)
+            tmp.mkdir(parents=True)
+        strategy.barrier()
+        strategy.save_checkpoint(tmp, state)
+        torch.save(_rng_state(), tmp / f"rng-rank{strategy.rank}.pt")
+        strategy.barrier()
+        if strategy.is_main:
+            (tmp / "config.resolved.yaml").write_text(dump_yaml(spec), encoding="utf-8")
             fence.check(run_dir)  # the rename is what makes a checkpoint visible: a superseded run never does it
-        except fence.Superseded:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if final.exists():
+                shutil.rmtree(final)
+            tmp.rename(final)
+            _prune(run_dir, keep_last)
+    except Exception as exc:
+        # A newer attempt removes an older one's temporary directory: a write that failed because of
+        # that is this run being superseded, and must end as one (exit 3), not as a crash.
+        superseded = exc if isinstance(exc, fence.Superseded) else _superseded(run_dir)
+        if superseded is None:
             raise
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-        _prune(run_dir, keep_last)
+        if strategy.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if superseded is exc:
+            raise
+        raise superseded from exc
     strategy.barrier()
     return final
+
+
+def tmp_name(step: int) -> str:
+    """The temporary directory a checkpoint of ``step`` is written to by this process's attempt.
+
+    Every rank of an attempt must agree on it (the main rank creates it, all write into it), so it
+    names the attempt, which the executor gives every rank, and not a pid."""
+    attempt = _attempt()
+    return f"{TMP_PREFIX}{step}" if attempt is None else f"{TMP_PREFIX}{step}-a{attempt}"
+
+
+def _attempt() -> int | None:
+    mine = os.environ.get("TRAINHUB_ATTEMPT", "")  # as fence.check reads it
+    return int(mine) if mine.isdigit() else None
+
+
+def _remove_stale_tmp(run_dir: Path) -> None:
+    """Remove the temporary directories of this attempt and older ones (or of any, for the bare runner):
+    a crash's leftovers, or a superseded run's, which never renames them. A newer attempt's is left
+    alone: this run is the superseded one then, and the fence stops it."""
+    mine = _attempt()
+    for path in root(run_dir).glob(f"{TMP_PREFIX}*"):
+        m = _TMP_NAME.match(path.name)
+        theirs = m and m.group(1)
+        if mine is None or not theirs or int(theirs) <= mine:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _superseded(run_dir: Path) -> fence.Superseded | None:
+    try:
+        fence.check(run_dir)
+    except fence.Superseded as exc:
+        return exc
+    return None
 
 
 class UnsafeCheckpoint(Exception):
