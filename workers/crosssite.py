@@ -9,7 +9,10 @@ again, up to ``max_restarts`` times, while the other sites go on training: it he
 peer at its next quorum. A site's pool decides where its processes run (``SITES``): on the
 worker (``local``), or as one Slurm batch job per start of the site (``slurm``). The lighthouse
 stops when the leader's attempt ends (finish, cancel, failure); if the leader's worker dies, the
-lighthouse dies with it and the job is retried.
+lighthouse dies with it and the job is retried. If another place's worker dies, another worker of
+its pool takes the place over (``trainhub.runs.crosssite.places_reconcile``) and runs it here as a
+restart of the site; the lost worker's lines and state writes, should it wake, are refused (the
+place is no longer its own).
 """
 from __future__ import annotations
 
@@ -85,7 +88,7 @@ class Lighthouse:
 class LocalSite:
     """A site on a pool whose workers run the processes: this worker's node of the site."""
 
-    def __init__(self, job: Job, site: int, pool: WorkerPool):
+    def __init__(self, job: Job, site: int, pool: WorkerPool, holder: int = 0):
         self.backend = backends.get("local")
 
     def adapt(self, env: dict, kwargs: dict) -> tuple[dict, dict]:
@@ -107,7 +110,7 @@ class SlurmSite:
     site) is one batch job of all its nodes (``workers.backends.slurm``), its lines on a Redis
     stream of that start's own, so a late line of a lost start never reaches the next one's."""
 
-    def __init__(self, job: Job, site: int, pool: WorkerPool):
+    def __init__(self, job: Job, site: int, pool: WorkerPool, holder: int = 0):
         spec = job.spec_model.for_site(site)
         res, self.pool, self.rdzv_id = spec.resources, pool.name, f"job{job.pk}-{job.attempt}-site{site}"
         self.options = SlurmOptions(
@@ -116,6 +119,8 @@ class SlurmSite:
             time_minutes=spec.timeout_minutes, job_name=f"trainhub-{job.pk}-site-{pool.name}",
             # an earlier attempt's site left running (its worker lost) is cancelled before this one submits
             owner=f"{owner_tag(job)} site {pool.name}", lease_token=job.lease_token,
+            # a worker taking the place over: the lost worker's batch job, still running, is cancelled
+            holder=f".h{holder}" if holder else "",
             grace_seconds=settings.TRAINHUB_GRACE_SECONDS, redis_url=settings.REDIS_URL)
         self.starts = 0
 
@@ -138,22 +143,25 @@ class SlurmSite:
 SITES = {"local": LocalSite, "slurm": SlurmSite}
 
 
-def site_runner(job: Job, site: int):
+def site_runner(job: Job, site: int, holder: int = 0):
+    """How this worker runs its place of ``site``; ``holder``: the place's restarts when this worker
+    took it over from a lost one (0: its first worker)."""
     pool = WorkerPool.objects.get(name=job.spec_model.sites[site].pool)
-    return SITES[pool.backend](job, site, pool)
+    return SITES[pool.backend](job, site, pool, holder)
 
 
 class SiteHandle:
     """A site's processes, started again when they fail (up to ``restarts`` times) unless cancelled."""
 
-    def __init__(self, backend, request: backends.RunRequest, restarts: int, say, tag, record=None):
-        self.backend, self.request, self.left, self.say, self.tag = backend, request, restarts, say, tag
+    def __init__(self, backend, request: backends.RunRequest, restarts: int, say, tag, record=None, used: int = 0):
+        """``used``: restarts the site used before this worker took its place over (one of them the takeover)."""
+        self.backend, self.request, self.left, self.say, self.tag = backend, request, restarts - used, say, tag
         self.record = record or (lambda **state: None)  # the site's state for the job page (``SiteState``)
         self.inner = backend.start(request)
-        self.record(site_state="running")
+        self.record(site_state="running", restarted=used > 0)
         self.cancelled = False
         self.pending: list = []
-        self.restarts = 0
+        self.restarts = used
         self.restart_at: float | None = None  # a lost site starts again then (TRAINHUB_SITE_RESTART_SECONDS)
         self.lost_code = 0
 
@@ -205,8 +213,10 @@ class SiteState:
     on its place's ``GangMember`` row, which the job page's Sites panel reads. A site that
     starts again records the job's newest metric id: its first sync after that shows it healed."""
 
-    def __init__(self, job: Job, place: int):
+    def __init__(self, job: Job, place: int, worker_id: int | None = None):
         self.member = GangMember.objects.filter(job_id=job.pk, attempt=job.attempt, node_rank=place)
+        if worker_id is not None:  # a place taken over from this worker is no longer its to write
+            self.member = self.member.filter(worker_id=worker_id)
         self.job_id = job.pk
 
     def __call__(self, restarted: bool = False, **state) -> None:
@@ -271,10 +281,10 @@ def run_place(member: GangMember, job: Job, env_extra: dict[str, str]) -> Outcom
     address = crosssite.lighthouse_address(member)
     env = {**env_extra, "TORCHFT_LIGHTHOUSE": address,
            "TRAINHUB_SITE_ADDRESS": free_address().rsplit(":", 1)[0]}
-    runner = site_runner(job, site)
+    runner = site_runner(job, site, member.restarts)
     env, kwargs = runner.adapt(env, crosssite.launch_kwargs(member, spec))
     if member.node_rank != 0:
-        return _run_node(job, member.node_rank, site, node, kwargs, env, runner)
+        return _run_node(job, member, site, node, kwargs, env, runner)
     lighthouse = Lighthouse(address, spec, rundir.run_dir(job.pk) / "logs")
     try:
         return SiteLeaderExecution(job, env, kwargs, len(crosssite.places(spec)), runner).run()
@@ -282,26 +292,33 @@ def run_place(member: GangMember, job: Job, env_extra: dict[str, str]) -> Outcom
         lighthouse.stop()
 
 
-def _run_node(job: Job, place: int, site: int, node: int, kwargs: dict, env: dict, runner) -> Outcome | None:
-    """Any place but 0: run the node until it ends or the job stops; its lines to the leader,
-    its site's metrics (first node only) under ``<pool>/``."""
+def _run_node(job: Job, member: GangMember, site: int, node: int, kwargs: dict, env: dict,
+              runner) -> Outcome | None:
+    """Any place but 0: run the node until it ends, the job stops or another worker takes the
+    place over; its lines to the leader, its site's metrics (first node only) under ``<pool>/``."""
     spec = job.spec_model
-    pool = spec.sites[site].pool
+    pool, place = spec.sites[site].pool, member.node_rank
     run_dir = site_run_dir(job, site)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    # holder: the place's restarts when taken over; the leader takes only the newest holder's lines
     sender = gang_logs.Sender(job.pk, job.lease_token, place, first_rank=site * spec.sites[site].nodes
-                              * spec.sites[site].procs_per_node)
+                              * spec.sites[site].procs_per_node, holder=member.restarts)
 
     def say(text: str) -> None:
         sender.add("s", [(sender.first_rank, f"[site {pool}] {text}")])
 
     request = _request(job, site, run_dir, f"job.node{node}.yaml" if node else "job.yaml", kwargs, env)
+    if member.restarts:
+        say(f"site lost: its worker stopped heart-beating; worker {member.worker.hostname} takes its place "
+            f"(restart {member.restarts}), it rejoins at the next sync")
     say(f"attempt {job.attempt}: node {node} of site {pool} starting {' '.join(request.argv)}")
     handle = SiteHandle(runner, request, spec.max_restarts, say, _tagger(spec, site),
-                        SiteState(job, place))
+                        SiteState(job, place, member.worker_id), used=member.restarts)
     events = EventReader(job.pk, run_dir, DbOutage(job.pk), prefix=f"{pool}/") if node == 0 else None
+    mine = GangMember.objects.filter(pk=member.pk, worker_id=member.worker_id)
     code, stopped = follow_node(job, handle, sender, run_dir / "logs" / f"site-node{node}.out",
-                                check_seconds=executor.EVENTS_SECONDS, on_check=events.pump if events else None)
+                                check_seconds=executor.EVENTS_SECONDS, on_check=events.pump if events else None,
+                                held=mine.exists)
     if events is not None:
         events.pump()
     sender.close()

@@ -37,11 +37,12 @@ def run_node(job: Job, *, launch_kwargs: dict, env_extra: dict[str, str], backen
 
 
 def follow_node(job: Job, handle, sender: gang_logs.Sender, out_path, *,
-                check_seconds: float = 0.5, on_check=None) -> tuple[int, bool]:
+                check_seconds: float = 0.5, on_check=None, held=None) -> tuple[int, bool]:
     """Follow a node that is not the leader until its processes exit: its lines go to
     ``out_path`` and, through ``sender``, to the leader's log; every ``check_seconds`` it calls
     ``on_check`` and stops the processes (with the grace period) once the job is no longer
-    running under this lease or the worker shuts down. Returns (exit code, whether it was stopped)."""
+    running under this lease, ``held()`` says the place is no longer this worker's (taken over),
+    or the worker shuts down. Returns (exit code, whether it was stopped)."""
     owned = Job.objects.filter(pk=job.pk, lease_token=job.lease_token, status=Status.RUNNING)
     stopped, next_check = False, time.monotonic()
     with open(out_path, "a", encoding="utf-8") as out:
@@ -60,7 +61,7 @@ def follow_node(job: Job, handle, sender: gang_logs.Sender, out_path, *,
             next_check = time.monotonic() + check_seconds
             if on_check is not None:
                 on_check()
-            if executor.SHUTDOWN.is_set() or not owned.exists():
+            if executor.SHUTDOWN.is_set() or not owned.exists() or (held is not None and not held()):
                 stopped = True
                 handle.cancel(settings.TRAINHUB_GRACE_SECONDS)
         code = handle.poll()

@@ -5,7 +5,9 @@ other node sends its lines to a Redis Stream of the job's attempt,
 ``trainhub:gang:<job>:<lease token>``, and node 0 reads that stream and numbers those lines
 among its own, so every rank of every node is in the job's log, live. Each entry carries its
 node and the index of its first line: a resend after a lost reply is recognised and dropped,
-never stored twice. A node ends with an ``eof`` entry; node 0 waits for them (briefly) before
+never stored twice. A cross-site job's place taken over by another worker (its own was lost)
+sends as a new *holder* of the node: the leader starts that node's count again and from then
+on drops what an older holder sends. A node ends with an ``eof`` entry; node 0 waits for them (briefly) before
 the job's log is closed. The node's ``logs/node<R>.out`` stays the complete copy if Redis
 itself is lost.
 """
@@ -33,9 +35,10 @@ def stream_key(job_id: int, lease_token: int) -> str:
 class Sender:
     """One non-zero node's side: ``add`` lines as they are read, ``flush`` often, ``close`` at the end."""
 
-    def __init__(self, job_id: int, lease_token: int, node_rank: int, first_rank: int):
+    def __init__(self, job_id: int, lease_token: int, node_rank: int, first_rank: int, holder: int = 0):
         self.key = stream_key(job_id, lease_token)
         self.node = node_rank
+        self.holder = holder  # which worker's run of the node (a place taken over: a higher number)
         self.first_rank = first_rank  # unprefixed lines (torchrun's own) belong to this node's first rank
         self.buffer: list[list] = []  # [rank, stream, text], not yet sent
         self.sent = 0  # index of the next line to send
@@ -64,7 +67,8 @@ class Sender:
             while True:
                 while self.buffer:
                     chunk = self.buffer[:ENTRY_LINES]
-                    client.xadd(self.key, {"node": self.node, "first": self.sent, "lines": json.dumps(chunk)})
+                    client.xadd(self.key, {"node": self.node, "holder": self.holder, "first": self.sent,
+                                           "lines": json.dumps(chunk)})
                     self.sent += len(chunk)
                     del self.buffer[:len(chunk)]
                 if not self.dropped:
@@ -89,7 +93,7 @@ class Sender:
         while True:
             if self.flush():
                 try:
-                    logs.redis_client().xadd(self.key, {"node": self.node, "eof": self.sent})
+                    logs.redis_client().xadd(self.key, {"node": self.node, "holder": self.holder, "eof": self.sent})
                     return
                 except redis.RedisError:
                     pass
@@ -108,6 +112,7 @@ class Receiver:
         self.nodes = set(range(1, nnodes))
         self.last_id = "0-0"
         self.next_index = {n: 0 for n in self.nodes}
+        self.holder = {n: 0 for n in self.nodes}
         self.ended: set[int] = set()
         self.failing = False
 
@@ -134,6 +139,12 @@ class Receiver:
 
     def _take(self, fields: dict) -> list[tuple[str, list[tuple[int, str]]]]:
         node = int(fields[b"node"])
+        holder = int(fields.get(b"holder", 0))
+        if holder < self.holder.get(node, 0):  # a lost worker's late lines: its place is another's now
+            return []
+        if holder > self.holder.get(node, 0):  # another worker took the node over: it counts from 0
+            self.holder[node], self.next_index[node] = holder, 0
+            self.ended.discard(node)
         if b"eof" in fields:
             self.ended.add(node)
             return []

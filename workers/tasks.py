@@ -18,6 +18,7 @@ from trainhub.jobs import retention  # noqa: E402
 from trainhub.jobs.models import Job, LogLine, Status  # noqa: E402
 from trainhub.jobs.services import job_enqueue  # noqa: E402
 from trainhub.pools import registry  # noqa: E402
+from trainhub.runs import crosssite as crosssite_places  # noqa: E402
 from trainhub.runs import gang, heartbeat, scheduling, slurm_adopt  # noqa: E402
 from trainhub.runs.models import GangMember  # noqa: E402
 from workers import crosssite, executor  # noqa: E402
@@ -85,6 +86,21 @@ def adopt_slurm_job(job_id: int, lease_token: int) -> str:
     return outcome.status
 
 
+@app.task(name=crosssite_places.TAKEOVER_TASK)
+def take_site_place(job_id: int, attempt: int, place: int, old_worker_id: int, restarts: int) -> str:
+    """Take over a cross-site job's place whose worker is gone (``trainhub.runs.crosssite``) and run its site."""
+    decision = scheduling.take_site_place(job_id, attempt, place, old_worker_id, restarts,
+                                          hostname=take_site_place.request.hostname or "")
+    if decision.member is None:
+        return f"skipped: {decision.drop}"
+    member = decision.member
+    try:
+        return _run_site_place(member, decision.job, _gpu_env(decision.job, decision.gpus))
+    finally:
+        job_release_gpus(member.job, worker_id=member.worker_id, token=member.lease_token)
+        GangMember.objects.filter(pk=member.pk, worker_id=member.worker_id).update(done=True)
+
+
 def _gpu_env(job: Job, gpus: list[int]) -> dict[str, str]:
     if gpus:
         return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
@@ -130,7 +146,7 @@ def _run_gang_member(member: GangMember, env_extra: dict[str, str], *, task_id: 
         return outcome.status
     finally:
         job_release_gpus(member.job, worker_id=member.worker_id, token=member.lease_token)
-        GangMember.objects.filter(pk=member.pk).update(done=True)
+        GangMember.objects.filter(pk=member.pk, worker_id=member.worker_id).update(done=True)
 
 
 def _run_site_place(member: GangMember, job: Job, env_extra: dict[str, str]) -> str:

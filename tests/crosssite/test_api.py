@@ -89,7 +89,8 @@ def test_the_api_job_has_each_sites_row_as_the_sites_panel_shows_it(api, user, t
     GangMember.objects.filter(job=job, node_rank=1).update(site_state="lost", restarts=1)
     rows = api.get(f"/api/jobs/{job.pk}").json()["sites"]
     assert [(r["pool"], r["state"], r["restarts"], r["max_restarts"], r["outer_step"], r["participants"])
-            for r in rows] == [("lab-a", "running", 0, 1, 1, 2), ("cloud-b", "lost", 1, 1, 1, 2)]
+            for r in rows] == [("lab-a", "running", 0, 1, 1, 2),
+                               ("cloud-b", "lost, waiting for another worker of its pool", 1, 1, 1, 2)]
     assert rows[0]["bytes"] == 4096 and rows[0]["last_sync_seconds"] == 0.25
     single = api.post("/api/jobs", {"name": "one pool", "pool": "lab-a", "train": {"epochs": 1}}).json()["id"]
     assert api.get(f"/api/jobs/{single}").json()["sites"] == []

@@ -70,3 +70,22 @@ def test_a_full_buffer_counts_what_it_dropped_and_says_so(redis_settings, monkey
     got = lines_of(receiver)
     assert [text for _, _, text in got[:3]] == ["0", "1", "2"]
     assert "2 lines not forwarded" in got[3][2] and got[3][1] == "s"
+
+
+def test_a_place_taken_over_counts_from_zero_and_the_lost_workers_late_lines_are_dropped(redis_settings):
+    lost = gang_logs.Sender(11, 1, node_rank=1, first_rank=1)
+    receiver = gang_logs.Receiver(11, 1, nnodes=2)
+    lost.add("o", [(1, "before the loss")])
+    lost.flush()
+    assert [text for _, _, text in lines_of(receiver)] == ["before the loss"]
+    # another worker takes the place over (the place's restarts: 1); its lines start at index 0
+    new = gang_logs.Sender(11, 1, node_rank=1, first_rank=1, holder=1)
+    new.add("o", [(1, "taken over")])
+    new.flush()
+    lost.add("o", [(1, "late line of the lost worker")])  # it woke up
+    lost.close()
+    assert [text for _, _, text in lines_of(receiver)] == ["taken over"]
+    assert not receiver.done  # the lost worker's end of log is not the place's
+    new.close()
+    lines_of(receiver, polls=1)
+    assert receiver.done

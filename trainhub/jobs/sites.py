@@ -85,8 +85,10 @@ def _state(job: Job, state: str, restart_at, restarts: int, synced: bool, healed
     if state == "failed":
         return "failed for good"
     if state == "lost":
-        if restart_at is None or not job.is_active:
+        if not job.is_active:
             return "lost"
+        if restart_at is None:  # its worker is gone (``runs.crosssite.places_reconcile``)
+            return "lost, waiting for another worker of its pool"
         seconds = max(0, math.ceil((restart_at - timezone.now()).total_seconds()))
         return f"lost, restarting in {seconds} s"
     if state == "finished":

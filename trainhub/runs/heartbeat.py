@@ -1,5 +1,6 @@
 """A worker's heartbeat thread: every beat shows the worker alive (pools' registry) and
-recovers what lost workers left behind (jobs whose lease expired, GPU leases of finished jobs).
+recovers what lost workers left behind (jobs whose lease expired, cross-site places whose worker
+is gone, GPU leases of finished jobs).
 
 Any worker may do the recovery; every step is a compare-and-set, so concurrent workers
 cannot double-handle a job.
@@ -16,6 +17,7 @@ from trainhub.jobs import retention
 from trainhub.jobs.models import FINAL
 from trainhub.pools import registry
 from trainhub.pools.models import Worker
+from trainhub.runs import crosssite
 from trainhub.runs.lifecycle import DB_ERRORS, drop_connection, jobs_reconcile
 from trainhub.runs.models import GangMember, GpuLease
 
@@ -47,6 +49,7 @@ def _beat(hostname: str) -> None:
             close_old_connections()
             registry.heartbeat(hostname)
             jobs_reconcile()
+            crosssite.places_reconcile()  # a cross-site job's site whose worker is gone: another takes it
             leases_sweep()
             retention.prune_if_due()  # TRAINHUB_LOG_RETENTION_DAYS: hourly, a bounded batch
         except DB_ERRORS as exc:  # the database is briefly away: next beat

@@ -160,3 +160,31 @@ def _join_site(job_id: int, worker: Worker) -> Decision:
     if member is None:
         return Decision(wait=f"no free place of pool {worker.pool.name} in cross-site job {job.pk}")
     return Decision(job=job, gpus=free[:gpus], member=member)
+
+
+def take_site_place(job_id: int, attempt: int, place: int, old_worker_id: int, restarts: int, *,
+                    hostname: str) -> Decision:
+    """A cross-site job's place whose worker is gone (``crosssite.places_reconcile``): this worker
+    of the site's pool takes it over, if it has a free slot and the site's GPUs."""
+    worker = Worker.objects.select_related("pool").filter(hostname=hostname).first()
+    job = Job.objects.select_related("pool").filter(pk=job_id, attempt=attempt, status=Status.RUNNING).first()
+    if worker is None or job is None:
+        return Decision(drop="the job moved on, or this worker is not registered")
+    try:
+        spec = job.spec_model
+        site, _ = crosssite.site_of(spec, place)
+    except (SpecError, IndexError):
+        return Decision(drop="its spec is no longer valid")
+    if spec.sites[site].pool != worker.pool.name or worker.pool.state != WorkerPool.State.ENABLED:
+        return Decision(drop=f"the place is of pool {spec.sites[site].pool}, or pool {worker.pool.name} is not enabled")
+    gpus = spec.for_site(site).resources.gpus_per_node if worker.pool.backend == "local" else 0
+    with _claim_lock:
+        slots = min(worker.pool.slots_per_worker, worker.threads or worker.pool.slots_per_worker)
+        free = free_gpus(worker)
+        if slots_used(worker) >= slots or gpus > len(free):
+            return Decision(drop=f"{hostname} has no free slot or too few GPUs (another worker, or the next "
+                                 f"reconcile, takes the place)")
+        member = crosssite.take_over(job_id, attempt, place, old_worker_id, restarts, worker, free[:gpus])
+    if member is None:
+        return Decision(drop="another worker took the place, or this worker holds another place of the job")
+    return Decision(job=job, gpus=free[:gpus], member=member)

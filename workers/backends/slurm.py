@@ -41,6 +41,9 @@ class SlurmOptions:
     job_name: str = "trainhub"
     #: ``trainhub <instance> job <id>``: which deployment's job (``owner_tag``); the attempt is added
     owner: str = ""
+    #: added to the attempt in the comment: a cross-site job's Slurm site taken over by another
+    #: worker (``.h<n>``) is another run of the attempt, so the lost worker's batch job is cancelled
+    holder: str = ""
     lease_token: int = 0
     grace_seconds: float = 20.0
     redis_url: str = field(default="", repr=False)
@@ -67,7 +70,7 @@ def cancel_orphans(opts: SlurmOptions, attempt: int, env: dict[str, str]) -> lis
     for row in listed.splitlines():
         job_id, _, comment = row.strip().partition("|")
         prefix, _, other = comment.rpartition(" attempt ")
-        if prefix == opts.owner and other != str(attempt) and job_id:
+        if prefix == opts.owner and other != f"{attempt}{opts.holder}" and job_id:
             orphans.append(job_id)
     if orphans:
         try:
@@ -92,7 +95,7 @@ def sbatch_argv(run: RunRequest, opts: SlurmOptions, script: str) -> list[str]:
             # send its lines again from index 0 on the same stream, where they look like resends
             "--no-requeue"]
     if opts.owner:
-        argv.append(f"--comment={opts.owner} attempt {run.attempt}")
+        argv.append(f"--comment={opts.owner} attempt {run.attempt}{opts.holder}")
     if opts.gpus_per_node:
         argv.append(f"--gpus-per-node={opts.gpus_per_node}")
     for flag, value in (("partition", opts.partition), ("account", opts.account), ("qos", opts.qos)):

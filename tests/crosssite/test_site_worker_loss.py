@@ -1,0 +1,121 @@
+"""A cross-site job whose site's *worker* dies (SIGKILL of the Celery worker, not only of the site's
+processes): another worker of the site's pool takes the place over as a restart of the site, the
+site heals from its peer and rejoins, and both sites end with identical weights. Real workers,
+real torchft (CPU, gloo). And the leader's worker killed: the job's lighthouse goes with it, and the
+job is retried as a whole with a new one."""
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+import pytest
+
+from tests.conftest import wait_for
+from tests.crosssite import sites
+from trainhub.jobs.logs import read_lines
+from trainhub.jobs.models import Job, Metric
+from trainhub.jobs.services import job_submit
+from trainhub.jobs.sites import site_rows
+from trainhub.pools.models import Worker, WorkerPool
+from trainhub.runs.models import GangMember
+
+# the takeover's compare-and-set runs on both databases in test_takeover.py; what these add is the
+# workers and torchft through a job: the SQLite pass
+pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
+# leases of 5 s, beats of 1 s: a dead worker is noticed within ~6 s; its guard stops its processes in 1 s
+ENV = {"TRAINHUB_WORKER_ADDRESS": "127.0.0.1", "TRAINHUB_LEASE_SECONDS": "5", "TRAINHUB_HEARTBEAT_SECONDS": "1",
+       "TRAINHUB_GUARD_GRACE_SECONDS": "1"}
+NAMES = ("lab-a@test", "cloud-b@test", "cloud-b-2@test")
+
+
+@pytest.fixture
+def workers(start_worker, db):
+    for pool in ("lab-a", "cloud-b"):
+        WorkerPool.objects.get_or_create(name=pool, defaults={"kind": "cpu", "queue": pool})
+    started = {name: start_worker(name.split("@")[0].removesuffix("-2"), slots=1, name=name, extra_env=ENV)
+               for name in NAMES}
+    wait_for(lambda: Worker.objects.filter(hostname__in=NAMES).count() == 3, message="the three workers to register")
+    return started
+
+
+def metric_values(job, name) -> list[float]:
+    return list(Metric.objects.filter(job=job, name=name).order_by("step").values_list("value", flat=True))
+
+
+def site_processes(job) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"])
+            if any(f"job-{job.pk}-site-cloud-b" in part for part in p.info["cmdline"] or [])]
+
+
+def test_a_sites_worker_killed_mid_run_is_replaced_by_another_worker_of_its_pool(workers, user, live_settings):
+    # min_sites 2: lab-a cannot sync alone, so it waits (its syncs time out and the round is trained
+    # again) until cloud-b is back and heals from it; a short job does not end before that
+    job = job_submit(owner=user, data={
+        "name": "worker-lost", "mode": "ddp", "sites": [{"pool": "lab-a"}, {"pool": "cloud-b"}], "max_restarts": 1,
+        "sync": {"algorithm": "diloco", "every": 50, "timeout_seconds": 10, "min_sites": 2},
+        "data": {"dataset": "digits", "batch_size": 32}, "train": {"max_steps": 600, "epochs": 1000}})
+    wait_for(lambda: len(metric_values(job, "cloud-b/sync_outer_step")) >= 3, timeout=240,
+             message="site cloud-b to sync three times")
+    holder = GangMember.objects.select_related("worker").get(job=job, node_rank=1).worker.hostname
+    spare = next(name for name in NAMES[1:] if name != holder)
+    assert site_processes(job)
+    os.kill(workers[holder].proc.pid, signal.SIGKILL)  # the worker itself: its heartbeat stops
+
+    # the lost worker's site dies with it (its guard); the place goes to the pool's other worker
+    wait_for(lambda: GangMember.objects.get(job=job, node_rank=1).worker.hostname == spare, timeout=60,
+             message=f"{spare} to take over cloud-b's place from {holder}")
+    done = wait_for(lambda: Job.objects.filter(pk=job.pk, status__in=["succeeded", "failed", "cancelled"]).first(),
+                    timeout=400, message="the job to finish")
+    assert done.status == "succeeded", done.error
+    assert done.attempt == 1  # the job went on: only the site started again
+    text = "\n".join(line.text for line in read_lines(job.pk, limit=100000))
+    assert (f"[site cloud-b] site lost: its worker stopped heart-beating; worker {spare} takes its place "
+            f"(restart 1)") in text
+    place = GangMember.objects.get(job=job, node_rank=1)
+    # healed: a sync with lab-a after the takeover (its metric mark), and its outer step jumped to lab-a's
+    assert place.metric_mark and Metric.objects.filter(job=job, name="cloud-b/sync_participants", value=2,
+                                                       pk__gt=place.metric_mark).exists()
+    # it rejoined where the job was (healed from lab-a), not at outer step 1 again
+    rejoined = (Metric.objects.filter(job=job, name="cloud-b/sync_outer_step", pk__gt=place.metric_mark)
+                .order_by("pk").values_list("value", flat=True))
+    assert rejoined and rejoined[0] > 3, list(rejoined)
+    cloud_b = site_rows(Job.objects.get(pk=job.pk))[1]  # the job page's Sites panel
+    assert (cloud_b["state"], cloud_b["restarts"], cloud_b["outer_step"]) == ("finished", 1, 12)
+    runs = live_settings.TRAINHUB_RUNS_DIR
+    assert sites.same_weights(sites.final_weights(runs / f"job-{job.pk}", 600),
+                              sites.final_weights(runs / f"job-{job.pk}-site-cloud-b", 600))
+    assert not site_processes(job)
+
+
+def test_the_leaders_worker_killed_takes_the_lighthouse_with_it_and_the_job_is_retried_with_a_new_one(
+        start_worker, user, live_settings):
+    """Place 0's worker runs the job's lighthouse, the single point of failure: killed, the job is
+    retried as a whole (an interruption, not a failure) with a new lighthouse, on the spare worker."""
+    for pool in ("lab-a", "cloud-b"):
+        WorkerPool.objects.get_or_create(name=pool, defaults={"kind": "cpu", "queue": pool})
+    names = ("lab-a@test", "lab-a-2@test", "cloud-b@test")
+    started = {name: start_worker(name.split("@")[0].removesuffix("-2"), slots=1, name=name, extra_env=ENV)
+               for name in names}
+    wait_for(lambda: Worker.objects.filter(hostname__in=names).count() == 3, message="the three workers to register")
+    job = job_submit(owner=user, data={
+        "name": "leader-lost", "mode": "ddp", "sites": [{"pool": "lab-a"}, {"pool": "cloud-b"}], "max_restarts": 0,
+        "sync": {"algorithm": "diloco", "every": 50, "timeout_seconds": 10, "min_sites": 2},
+        "data": {"dataset": "digits", "batch_size": 32}, "train": {"max_steps": 600, "epochs": 1000}})
+    wait_for(lambda: len(metric_values(job, "sync_outer_step")) >= 3, timeout=240, message="three syncs")
+    leader = GangMember.objects.select_related("worker").get(job=job, node_rank=0)
+    lighthouse = leader.lighthouse
+    os.kill(started[leader.worker.hostname].proc.pid, signal.SIGKILL)
+
+    done = wait_for(lambda: Job.objects.filter(pk=job.pk, status__in=["succeeded", "failed", "cancelled"]).first(),
+                    timeout=400, message="the job to finish")
+    assert done.status == "succeeded", done.error
+    assert (done.attempt, done.interruptions) == (2, 1)  # losing the machine is not the job's failure
+    again = GangMember.objects.select_related("worker").get(job=job, attempt=2, node_rank=0)
+    spare = next(name for name in names[:2] if name != leader.worker.hostname)
+    assert again.worker.hostname == spare and again.lighthouse and again.lighthouse != lighthouse
+    runs = live_settings.TRAINHUB_RUNS_DIR
+    assert sites.same_weights(sites.final_weights(runs / f"job-{job.pk}", 600),
+                              sites.final_weights(runs / f"job-{job.pk}-site-cloud-b", 600))
+    assert not [p for p in psutil.process_iter(["cmdline"]) if lighthouse.rsplit(":", 1)[1] in " ".join(
+        p.info["cmdline"] or []) and "torchft_lighthouse" in " ".join(p.info["cmdline"] or [])]
