@@ -265,6 +265,11 @@ class SiteLeaderExecution(LeaderExecution):
         thread.start()
         self.helpers.append(thread)
 
+    def _more(self, receiver: gang_logs.Receiver) -> bool:
+        # a place's end of log is its worker's, not the site's: while site 0 runs, another worker may
+        # take a stopped place over and send as its new holder
+        return not (receiver.done and self.exited.is_set())
+
     def collect(self) -> int:
         # the job ends once every site has: a site still saving its last checkpoint is not cut off
         self.exited.set()
@@ -273,9 +278,10 @@ class SiteLeaderExecution(LeaderExecution):
         return super().collect()
 
 
-def run_place(member: GangMember, job: Job, env_extra: dict[str, str]) -> Outcome | None:
+def run_place(member: GangMember, job: Job, env_extra: dict[str, str], lost: str = "") -> Outcome | None:
     """Run this member's place of a started cross-site job. Place 0 returns the job's outcome;
-    another place returns a failure to record (its site failed for good), or None."""
+    another place returns a failure to record (its site failed for good), or None. ``lost``: the
+    worker this one took the place over from."""
     spec = job.spec_model
     site, node = crosssite.site_of(spec, member.node_rank)
     address = crosssite.lighthouse_address(member)
@@ -284,7 +290,7 @@ def run_place(member: GangMember, job: Job, env_extra: dict[str, str]) -> Outcom
     runner = site_runner(job, site, member.restarts)
     env, kwargs = runner.adapt(env, crosssite.launch_kwargs(member, spec))
     if member.node_rank != 0:
-        return _run_node(job, member, site, node, kwargs, env, runner)
+        return _run_node(job, member, site, node, kwargs, env, runner, lost)
     lighthouse = Lighthouse(address, spec, rundir.run_dir(job.pk) / "logs")
     try:
         return SiteLeaderExecution(job, env, kwargs, len(crosssite.places(spec)), runner).run()
@@ -293,7 +299,7 @@ def run_place(member: GangMember, job: Job, env_extra: dict[str, str]) -> Outcom
 
 
 def _run_node(job: Job, member: GangMember, site: int, node: int, kwargs: dict, env: dict,
-              runner) -> Outcome | None:
+              runner, lost: str = "") -> Outcome | None:
     """Any place but 0: run the node until it ends, the job stops or another worker takes the
     place over; its lines to the leader, its site's metrics (first node only) under ``<pool>/``."""
     spec = job.spec_model
@@ -309,8 +315,8 @@ def _run_node(job: Job, member: GangMember, site: int, node: int, kwargs: dict, 
 
     request = _request(job, site, run_dir, f"job.node{node}.yaml" if node else "job.yaml", kwargs, env)
     if member.restarts:
-        say(f"site lost: its worker stopped heart-beating; worker {member.worker.hostname} takes its place "
-            f"(restart {member.restarts}), it rejoins at the next sync")
+        say(f"site lost: its worker {lost or '?'} is gone (stopped, or no heartbeat within its lease); worker "
+            f"{member.worker.hostname} takes its place (restart {member.restarts}), it rejoins at the next sync")
     say(f"attempt {job.attempt}: node {node} of site {pool} starting {' '.join(request.argv)}")
     handle = SiteHandle(runner, request, spec.max_restarts, say, _tagger(spec, site),
                         SiteState(job, place, member.worker_id), used=member.restarts)

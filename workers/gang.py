@@ -84,9 +84,13 @@ class LeaderExecution(executor.Execution):
         thread.start()
         self.helpers.append(thread)  # joined once the processes exit
 
+    def _more(self, receiver: gang_logs.Receiver) -> bool:
+        """Whether lines may still come: until every other node sent its end of log."""
+        return not receiver.done
+
     def _receive(self, receiver: gang_logs.Receiver) -> None:
         ended_at = None
-        while not receiver.done:
+        while self._more(receiver):
             for item in receiver.poll(200):
                 self.lines.put(item)
             if self.exited.is_set():

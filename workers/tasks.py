@@ -18,6 +18,7 @@ from trainhub.jobs import retention  # noqa: E402
 from trainhub.jobs.models import Job, LogLine, Status  # noqa: E402
 from trainhub.jobs.services import job_enqueue  # noqa: E402
 from trainhub.pools import registry  # noqa: E402
+from trainhub.pools.models import Worker  # noqa: E402
 from trainhub.runs import crosssite as crosssite_places  # noqa: E402
 from trainhub.runs import gang, heartbeat, scheduling, slurm_adopt  # noqa: E402
 from trainhub.runs.models import GangMember  # noqa: E402
@@ -94,8 +95,9 @@ def take_site_place(job_id: int, attempt: int, place: int, old_worker_id: int, r
     if decision.member is None:
         return f"skipped: {decision.drop}"
     member = decision.member
+    lost = Worker.objects.filter(pk=old_worker_id).values_list("hostname", flat=True).first() or "?"
     try:
-        return _run_site_place(member, decision.job, _gpu_env(decision.job, decision.gpus))
+        return _run_site_place(member, decision.job, _gpu_env(decision.job, decision.gpus), lost=lost)
     finally:
         job_release_gpus(member.job, worker_id=member.worker_id, token=member.lease_token)
         GangMember.objects.filter(pk=member.pk, worker_id=member.worker_id).update(done=True)
@@ -149,10 +151,11 @@ def _run_gang_member(member: GangMember, env_extra: dict[str, str], *, task_id: 
         GangMember.objects.filter(pk=member.pk, worker_id=member.worker_id).update(done=True)
 
 
-def _run_site_place(member: GangMember, job: Job, env_extra: dict[str, str]) -> str:
-    """A cross-site job's place (``workers.crosssite``); place 0 records the job's outcome."""
+def _run_site_place(member: GangMember, job: Job, env_extra: dict[str, str], lost: str = "") -> str:
+    """A cross-site job's place (``workers.crosssite``); place 0 records the job's outcome. ``lost``:
+    the worker whose place this one took over."""
     try:
-        outcome = crosssite.run_place(member, job, env_extra)
+        outcome = crosssite.run_place(member, job, env_extra, lost=lost)
     except Exception as exc:
         log.exception("place %s of cross-site job %s could not run", member.node_rank, job.pk)
         outcome = Outcome(Status.FAILED, None, f"place {member.node_rank}: worker error: {exc}")

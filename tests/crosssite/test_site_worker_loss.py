@@ -48,7 +48,8 @@ def site_processes(job) -> list[psutil.Process]:
             if any(f"job-{job.pk}-site-cloud-b" in part for part in p.info["cmdline"] or [])]
 
 
-def test_a_sites_worker_killed_mid_run_is_replaced_by_another_worker_of_its_pool(workers, user, live_settings):
+@pytest.mark.parametrize("how", ["killed", "stopped while its pool drains"])
+def test_a_sites_worker_lost_mid_run_is_replaced_by_another_worker_of_its_pool(how, workers, user, live_settings):
     # min_sites 2: lab-a cannot sync alone, so it waits (its syncs time out and the round is trained
     # again) until cloud-b is back and heals from it; a short job does not end before that
     job = job_submit(owner=user, data={
@@ -60,9 +61,17 @@ def test_a_sites_worker_killed_mid_run_is_replaced_by_another_worker_of_its_pool
     holder = GangMember.objects.select_related("worker").get(job=job, node_rank=1).worker.hostname
     spare = next(name for name in NAMES[1:] if name != holder)
     assert site_processes(job)
-    os.kill(workers[holder].proc.pid, signal.SIGKILL)  # the worker itself: its heartbeat stops
+    if how == "killed":
+        os.kill(workers[holder].proc.pid, signal.SIGKILL)  # the worker itself: its heartbeat stops
+    else:  # an admin drains the pool and stops its worker: the site waits, lost, until the pool takes jobs
+        WorkerPool.objects.filter(name="cloud-b").update(state="draining")
+        workers[holder].stop(signal.SIGTERM)  # a graceful stop: it stops the site's processes and leaves
+        wait_for(lambda: site_rows(Job.objects.get(pk=job.pk))[1]["state"] ==
+                 "lost, waiting for another worker of its pool", timeout=30, message="the Sites panel to show it lost")
+        assert GangMember.objects.get(job=job, node_rank=1).worker.hostname == holder  # a draining pool takes none
+        WorkerPool.objects.filter(name="cloud-b").update(state="enabled")
 
-    # the lost worker's site dies with it (its guard); the place goes to the pool's other worker
+    # the lost worker's site dies with it (its guard, or its stop); the place goes to the pool's other worker
     wait_for(lambda: GangMember.objects.get(job=job, node_rank=1).worker.hostname == spare, timeout=60,
              message=f"{spare} to take over cloud-b's place from {holder}")
     done = wait_for(lambda: Job.objects.filter(pk=job.pk, status__in=["succeeded", "failed", "cancelled"]).first(),
@@ -70,8 +79,8 @@ def test_a_sites_worker_killed_mid_run_is_replaced_by_another_worker_of_its_pool
     assert done.status == "succeeded", done.error
     assert done.attempt == 1  # the job went on: only the site started again
     text = "\n".join(line.text for line in read_lines(job.pk, limit=100000))
-    assert (f"[site cloud-b] site lost: its worker stopped heart-beating; worker {spare} takes its place "
-            f"(restart 1)") in text
+    assert (f"[site cloud-b] site lost: its worker {holder} is gone (stopped, or no heartbeat within its lease); "
+            f"worker {spare} takes its place (restart 1)") in text
     place = GangMember.objects.get(job=job, node_rank=1)
     # healed: a sync with lab-a after the takeover (its metric mark), and its outer step jumped to lab-a's
     assert place.metric_mark and Metric.objects.filter(job=job, name="cloud-b/sync_participants", value=2,

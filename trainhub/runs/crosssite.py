@@ -134,7 +134,7 @@ def _hand_over(member: GangMember) -> bool:
     job, spec = member.job, member.job.spec_model
     site, _ = site_of(spec, member.node_rank)
     pool = WorkerPool.objects.get(name=spec.sites[site].pool)
-    why = f"its worker {member.worker.hostname} stopped heart-beating"
+    why = f"its worker {member.worker.hostname} {'stopped' if member.done else 'stopped heart-beating'}"
     mine = GangMember.objects.filter(pk=member.pk, worker_id=member.worker_id)
     if member.restarts >= spec.max_restarts:
         mine.update(site_state="failed", restart_at=None)
