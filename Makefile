@@ -45,10 +45,11 @@ test: $(DEV_STAMP) system-packages
 
 # The database-facing tests again on PostgreSQL. Run once, on SQLite: the runner's tests and those
 # marked no_db (they use no database, or `make run`'s own) or db_agnostic (an engine's behaviour through
-# a job: Slurm, torchft sites, real training, a timeout; their database use is any job's), the docs'
-# examples (tests/docs) and the browser tests (what they add over the HTTP tests is the browser, not the
-# database). The claim, lease, fencing and Slurm adoption tests (tests/runs, tests/workers, tests/faults,
-# tests/slurm/test_restart.py) do run on PostgreSQL.
+# a job: Slurm, torchft sites, real training, a timeout, the watchdog, a rank's death, bubblewrap, the run
+# directory cap; their database use is any job's), the docs' examples (tests/docs) and the browser tests
+# (what they add over the HTTP tests is the browser, not the database). The claim, lease, fencing, outage
+# and Slurm adoption tests (tests/runs, tests/workers, tests/faults' outage tests, tests/slurm/test_restart.py)
+# do run on PostgreSQL.
 test-postgres: $(DEV_STAMP)
 	@if $(PY) -c "import psycopg,sys; psycopg.connect(sys.argv[1], connect_timeout=3).close()" "$(TEST_PG)" 2>/dev/null; then \
 		echo "== PostgreSQL: $(TEST_PG)"; \

@@ -108,6 +108,7 @@ def test_files_and_download_of_an_artifact_and_a_checkpoint(trainhub, user, no_w
     assert refused.returncode == 3 and not (tmp_path / "passwd").exists()
 
 
+@pytest.mark.db_agnostic  # the live log on PostgreSQL: tests/e2e/test_live_log.py
 def test_submit_follow_runs_a_digits_job_to_success_and_prints_its_log(trainhub, start_worker, cpu_pool, tmp_path):
     worker = start_worker("cpu")
     path = write_spec(tmp_path, {"name": "cli-digits", "pool": "cpu", "data": {"dataset": "digits"},

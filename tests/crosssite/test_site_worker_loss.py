@@ -55,9 +55,9 @@ def test_a_sites_worker_lost_mid_run_is_replaced_by_another_worker_of_its_pool(h
     job = job_submit(owner=user, data={
         "name": "worker-lost", "mode": "ddp", "sites": [{"pool": "lab-a"}, {"pool": "cloud-b"}], "max_restarts": 1,
         "sync": {"algorithm": "diloco", "every": 50, "timeout_seconds": 10, "min_sites": 2},
-        "data": {"dataset": "digits", "batch_size": 32}, "train": {"max_steps": 600, "epochs": 1000}})
-    wait_for(lambda: len(metric_values(job, "cloud-b/sync_outer_step")) >= 3, timeout=240,
-             message="site cloud-b to sync three times")
+        "data": {"dataset": "digits", "batch_size": 32}, "train": {"max_steps": 400, "epochs": 1000}})
+    wait_for(lambda: len(metric_values(job, "cloud-b/sync_outer_step")) >= 2, timeout=240,
+             message="site cloud-b to sync twice")
     holder = GangMember.objects.select_related("worker").get(job=job, node_rank=1).worker.hostname
     spare = next(name for name in NAMES[1:] if name != holder)
     assert site_processes(job)
@@ -88,12 +88,12 @@ def test_a_sites_worker_lost_mid_run_is_replaced_by_another_worker_of_its_pool(h
     # it rejoined where the job was (healed from lab-a), not at outer step 1 again
     rejoined = (Metric.objects.filter(job=job, name="cloud-b/sync_outer_step", pk__gt=place.metric_mark)
                 .order_by("pk").values_list("value", flat=True))
-    assert rejoined and rejoined[0] > 3, list(rejoined)
+    assert rejoined and rejoined[0] > 2, list(rejoined)
     cloud_b = site_rows(Job.objects.get(pk=job.pk))[1]  # the job page's Sites panel
-    assert (cloud_b["state"], cloud_b["restarts"], cloud_b["outer_step"]) == ("finished", 1, 12)
+    assert (cloud_b["state"], cloud_b["restarts"], cloud_b["outer_step"]) == ("finished", 1, 8)
     runs = live_settings.TRAINHUB_RUNS_DIR
-    assert sites.same_weights(sites.final_weights(runs / f"job-{job.pk}", 600),
-                              sites.final_weights(runs / f"job-{job.pk}-site-cloud-b", 600))
+    assert sites.same_weights(sites.final_weights(runs / f"job-{job.pk}", 400),
+                              sites.final_weights(runs / f"job-{job.pk}-site-cloud-b", 400))
     assert not site_processes(job)
 
 
@@ -110,8 +110,8 @@ def test_the_leaders_worker_killed_takes_the_lighthouse_with_it_and_the_job_is_r
     job = job_submit(owner=user, data={
         "name": "leader-lost", "mode": "ddp", "sites": [{"pool": "lab-a"}, {"pool": "cloud-b"}], "max_restarts": 0,
         "sync": {"algorithm": "diloco", "every": 50, "timeout_seconds": 10, "min_sites": 2},
-        "data": {"dataset": "digits", "batch_size": 32}, "train": {"max_steps": 600, "epochs": 1000}})
-    wait_for(lambda: len(metric_values(job, "sync_outer_step")) >= 3, timeout=240, message="three syncs")
+        "data": {"dataset": "digits", "batch_size": 32}, "train": {"max_steps": 400, "epochs": 1000}})
+    wait_for(lambda: len(metric_values(job, "sync_outer_step")) >= 2, timeout=240, message="two syncs")
     leader = GangMember.objects.select_related("worker").get(job=job, node_rank=0)
     lighthouse = leader.lighthouse
     os.kill(started[leader.worker.hostname].proc.pid, signal.SIGKILL)
@@ -124,7 +124,7 @@ def test_the_leaders_worker_killed_takes_the_lighthouse_with_it_and_the_job_is_r
     spare = next(name for name in names[:2] if name != leader.worker.hostname)
     assert again.worker.hostname == spare and again.lighthouse and again.lighthouse != lighthouse
     runs = live_settings.TRAINHUB_RUNS_DIR
-    assert sites.same_weights(sites.final_weights(runs / f"job-{job.pk}", 600),
-                              sites.final_weights(runs / f"job-{job.pk}-site-cloud-b", 600))
+    assert sites.same_weights(sites.final_weights(runs / f"job-{job.pk}", 400),
+                              sites.final_weights(runs / f"job-{job.pk}-site-cloud-b", 400))
     assert not [p for p in psutil.process_iter(["cmdline"]) if lighthouse.rsplit(":", 1)[1] in " ".join(
         p.info["cmdline"] or []) and "torchft_lighthouse" in " ".join(p.info["cmdline"] or [])]

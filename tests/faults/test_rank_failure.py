@@ -6,7 +6,7 @@ from trainhub.jobs.logs import read_lines
 from trainhub.jobs.models import Job
 from trainhub.pools.models import Workspace
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
 
 SCRIPT = """
 import os, sys, time, torch, torch.distributed as dist

@@ -12,6 +12,7 @@ from workers.runner.config import SpecError, parse_spec
 
 
 @pytest.mark.slow
+@pytest.mark.db_agnostic
 def test_a_silent_job_is_failed_by_the_watchdog_with_that_reason(start_worker, cpu_pool, user, tmp_path):
     team_workspace(tmp_path)
     start_worker("cpu", extra_env={"TRAINHUB_KILL_GRACE_SECONDS": "2"})
@@ -27,6 +28,7 @@ def test_a_silent_job_is_failed_by_the_watchdog_with_that_reason(start_worker, c
 
 
 @pytest.mark.slow
+@pytest.mark.db_agnostic
 def test_a_job_that_keeps_printing_is_left_alone_by_the_watchdog(start_worker, cpu_pool, user, tmp_path):
     team_workspace(tmp_path)
     start_worker("cpu")

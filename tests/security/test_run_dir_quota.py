@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
 
 FILLER = """
 import os, sys, time

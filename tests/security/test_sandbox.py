@@ -132,6 +132,7 @@ def run_probe(start_worker, user, tmp_path, live_settings, *, sandbox: str) -> d
 
 
 @pytest.mark.slow
+@pytest.mark.db_agnostic
 @needs_bwrap
 def test_a_sandboxed_job_reaches_nothing_but_its_run_dir_tmp_and_its_leased_gpu(start_worker, user, tmp_path,
                                                                                 live_settings):
@@ -146,6 +147,7 @@ def test_a_sandboxed_job_reaches_nothing_but_its_run_dir_tmp_and_its_leased_gpu(
 
 
 @pytest.mark.slow
+@pytest.mark.db_agnostic
 def test_the_same_probes_get_through_on_a_pool_whose_sandbox_is_off_and_the_log_says_so(start_worker, user,
                                                                                         tmp_path, live_settings):
     result = run_probe(start_worker, user, tmp_path, live_settings, sandbox="off")
@@ -160,6 +162,7 @@ def test_the_same_probes_get_through_on_a_pool_whose_sandbox_is_off_and_the_log_
 
 
 @pytest.mark.slow
+@pytest.mark.db_agnostic
 def test_a_required_sandbox_on_a_worker_without_bwrap_fails_the_job_saying_how_to_fix_it(start_worker, user,
                                                                                          tmp_path):
     from trainhub.jobs.models import Job
@@ -210,6 +213,7 @@ def texts(handle) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.db_agnostic
 @needs_bwrap
 def test_a_cancelled_sandboxed_run_gets_sigterm_keeps_its_last_words_and_leaves_no_process(tmp_path):
     import psutil
@@ -233,6 +237,7 @@ def test_a_cancelled_sandboxed_run_gets_sigterm_keeps_its_last_words_and_leaves_
 
 
 @pytest.mark.slow
+@pytest.mark.db_agnostic
 @needs_bwrap
 def test_a_sandboxed_run_killed_by_a_signal_is_reported_as_killed_not_as_exit_code_137(tmp_path):
     handle = sandboxed_start(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
