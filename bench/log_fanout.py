@@ -18,6 +18,7 @@ import time
 import httpx
 import psutil
 
+import record
 from log_common import Stack, percentile
 
 
@@ -74,10 +75,16 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     lat = out["lat"]
     cpu = sum(web.cpu_times()[:2]) - cpu0
     me = sum(psutil.Process().cpu_times()[:2]) - me0
-    print(f"{viewers} viewers x {count} lines at {rate:g} lines/s: all complete and in order: "
-          f"{all(out['ok']) and min(out['counts']) >= count}; {len(lat)} live samples; latency p50 {percentile(lat, 50) * 1000:.0f} ms, "
-          f"p95 {percentile(lat, 95) * 1000:.0f} ms; uvicorn RSS {rss0 / 2**20:.0f} MiB idle, "
-          f"{peak[0] / 2**20:.0f} MiB peak; CPU seconds: uvicorn {cpu:.1f}, these clients {me:.1f}")
+    complete = all(out["ok"]) and min(out["counts"]) >= count
+    # no live sample: every line was printed before the viewers were connected (raise --seconds)
+    ms = {q: round(percentile(lat, q) * 1000, 1) if lat else None for q in (50, 95, 100)}
+    print(f"{viewers} viewers x {count} lines at {rate:g} lines/s: all complete and in order: {complete}; "
+          f"{len(lat)} live samples; latency p50 {ms[50]} ms, p95 {ms[95]} ms, max {ms[100]} ms; uvicorn RSS "
+          f"{rss0 / 2**20:.0f} MiB idle, {peak[0] / 2**20:.0f} MiB peak; CPU seconds: uvicorn {cpu:.1f}, these clients {me:.1f}")
+    record.write("log_fanout", {"viewers": viewers, "rate": rate, "lines": count, "complete_and_in_order": complete,
+                                "live_samples": len(lat), "latency_ms": ms, "uvicorn_rss_mib": [rss0 / 2**20, peak[0] / 2**20],
+                                "cpu_seconds": {"uvicorn": cpu, "clients": me},
+                                "latency_ms_sample": [round(x * 1000, 1) for x in lat[::max(1, len(lat) // 2000)]]})
 
 
 def main() -> None:
