@@ -135,7 +135,9 @@ class SlurmSite:
 
     def start(self, run: backends.RunRequest) -> SlurmHandle:
         self.starts += 1
-        stream = f"{gang_logs.stream_key(run.job_id, self.options.lease_token)}:site-{self.pool}:{self.starts}"
+        # the holder too: a worker taking the place over counts its starts from 1 again
+        stream = (f"{gang_logs.stream_key(run.job_id, self.options.lease_token)}:site-{self.pool}"
+                  f"{self.options.holder}:{self.starts}")
         return SlurmHandle(run, dataclasses.replace(self.options, stream=stream))
 
 

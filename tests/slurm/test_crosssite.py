@@ -175,3 +175,43 @@ def test_a_two_node_slurm_site_trains_with_ddp_across_both_nodes_and_ends_with_t
                               sites.final_weights(runs / f"job-{job_id}-site-hpc", 200))
     assert [(r["pool"], r["state"], r["outer_step"], r["participants"]) for r in site_rows(job)] == [
         ("lab-a", "finished", 4, 2), ("hpc", "finished", 4, 2)]
+
+
+def test_a_slurm_sites_worker_killed_is_replaced_the_lost_workers_slurm_job_cancelled_and_the_site_submitted_again(
+        start_worker, slurm_pool, slurm_cluster, slurm_cluster_handle, user_client, live_settings):  # noqa: F811
+    """The worker that submitted a Slurm site dies; its batch job runs on in Slurm. Another worker of
+    the Slurm pool takes the place over: it cancels the lost worker's batch job and submits the site
+    again, which heals from lab-a and rejoins; the job goes on (attempt 1)."""
+    fast = {**LOCAL, "TRAINHUB_LEASE_SECONDS": "5", "TRAINHUB_HEARTBEAT_SECONDS": "1",
+            "TRAINHUB_GUARD_GRACE_SECONDS": "1"}
+    WorkerPool.objects.create(name="lab-a", queue="lab-a", kind="cpu")
+    start_worker("lab-a", slots=1, name="lab-a@test", extra_env=fast)
+    hpc = {name: start_worker("hpc", slots=1, name=name, extra_env={**fast, "SLURM_CONF": slurm_cluster})
+           for name in ("hpc@test", "hpc-2@test")}
+    wait_for(lambda: Worker.objects.filter(hostname__in=["lab-a@test", *hpc]).count() == 3,
+             message="the three workers to register")
+    job_id = submit(user_client, spec(max_steps=600))
+    wait_for(lambda: synced(job_id, "hpc/sync_outer_step") >= 1, timeout=120,
+             message=f"the Slurm site to sync once: {log_text(job_id)[-3000:]}")
+    holder = GangMember.objects.select_related("worker").get(job_id=job_id, node_rank=1).worker.hostname
+    spare = next(name for name in hpc if name != holder)
+    first = slurm_site_jobs(slurm_cluster_handle, job_id)
+    assert len(first) == 1
+    hpc[holder].proc.kill()  # SIGKILL: its Slurm job runs on, followed by nobody
+
+    wait_for(lambda: GangMember.objects.get(job_id=job_id, node_rank=1).worker.hostname == spare, timeout=60,
+             message=f"{spare} to take over the Slurm site from {holder}")
+    job = wait_for(lambda: final(job_id), timeout=240, message="the job to finish")
+    text = log_text(job_id)
+    assert job.status == "succeeded", (job.error, text[-3000:])
+    assert job.attempt == 1
+    assert f"[site hpc] site lost: its worker {holder} is gone" in text and f"worker {spare} takes its place" in text
+    mark = GangMember.objects.get(job_id=job_id, node_rank=1).metric_mark
+    assert Metric.objects.filter(job_id=job_id, name="hpc/sync_participants", value=2, pk__gt=mark).exists()
+    runs = live_settings.TRAINHUB_RUNS_DIR
+    assert sites.same_weights(sites.final_weights(runs / f"job-{job_id}", 600),
+                              sites.final_weights(runs / f"job-{job_id}-site-hpc", 600))
+    # the lost worker's batch job was cancelled by the one taking over, the new one ran to the end
+    history = slurm_site_history(slurm_cluster_handle, job_id)
+    assert [(slurm_id == first[0], state) for slurm_id, state in history] == [(True, "CANCELLED"), (False, "COMPLETED")]
+    assert not slurm_site_jobs(slurm_cluster_handle, job_id)
