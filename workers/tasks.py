@@ -99,8 +99,7 @@ def take_site_place(job_id: int, attempt: int, place: int, old_worker_id: int, r
     try:
         return _run_site_place(member, decision.job, _gpu_env(decision.job, decision.gpus), lost=lost)
     finally:
-        job_release_gpus(member.job, worker_id=member.worker_id, token=member.lease_token)
-        GangMember.objects.filter(pk=member.pk, worker_id=member.worker_id).update(done=True)
+        _let_go(member)
 
 
 def _gpu_env(job: Job, gpus: list[int]) -> dict[str, str]:
@@ -147,8 +146,13 @@ def _run_gang_member(member: GangMember, env_extra: dict[str, str], *, task_id: 
         _trim_logs(job)
         return outcome.status
     finally:
-        job_release_gpus(member.job, worker_id=member.worker_id, token=member.lease_token)
-        GangMember.objects.filter(pk=member.pk, worker_id=member.worker_id).update(done=True)
+        _let_go(member)
+
+
+def _let_go(member: GangMember) -> None:
+    """A gang member's thread ends: its GPUs back, its slot free (a place taken over is no longer its own)."""
+    job_release_gpus(member.job, worker_id=member.worker_id, token=member.lease_token)
+    GangMember.objects.filter(pk=member.pk, worker_id=member.worker_id).update(done=True)
 
 
 def _run_site_place(member: GangMember, job: Job, env_extra: dict[str, str], lost: str = "") -> str:

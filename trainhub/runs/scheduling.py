@@ -55,6 +55,11 @@ def free_gpus(worker: Worker) -> list[int]:
     return [i for i in range(worker.usable_gpus) if i not in held]
 
 
+def slots_of(worker: Worker) -> int:
+    """Job slots of ``worker``: its pool's per-worker slots, at most the threads it runs."""
+    return min(worker.pool.slots_per_worker, worker.threads or worker.pool.slots_per_worker)
+
+
 def slots_used(worker: Worker) -> int:
     """Single-node jobs running here plus this worker's places in gangs (waiting or running)."""
     single = Job.objects.filter(worker=worker, status__in=RUNNING).exclude(gang_members__isnull=False).count()
@@ -92,7 +97,7 @@ def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") 
     if pool.state != WorkerPool.State.ENABLED:
         return Decision(wait=f"pool {pool.name} is {pool.state}")
     with _claim_lock:
-        slots = min(pool.slots_per_worker, worker.threads or pool.slots_per_worker)
+        slots = slots_of(worker)
         running = slots_used(worker)
         if running >= slots:
             return Decision(wait=f"all {slots} slot(s) of {hostname} are busy")
@@ -179,9 +184,8 @@ def take_site_place(job_id: int, attempt: int, place: int, old_worker_id: int, r
         return Decision(drop=f"the place is of pool {spec.sites[site].pool}, or pool {worker.pool.name} is not enabled")
     gpus = spec.for_site(site).resources.gpus_per_node if worker.pool.backend == "local" else 0
     with _claim_lock:
-        slots = min(worker.pool.slots_per_worker, worker.threads or worker.pool.slots_per_worker)
         free = free_gpus(worker)
-        if slots_used(worker) >= slots or gpus > len(free):
+        if slots_used(worker) >= slots_of(worker) or gpus > len(free):
             return Decision(drop=f"{hostname} has no free slot or too few GPUs (another worker, or the next "
                                  f"reconcile, takes the place)")
         member = crosssite.take_over(job_id, attempt, place, old_worker_id, restarts, worker, free[:gpus])

@@ -15,7 +15,6 @@ pickle that builds arbitrary objects would run that job's code here.
 """
 from __future__ import annotations
 
-import os
 import pickle
 import random
 import re
@@ -85,20 +84,15 @@ def tmp_name(step: int) -> str:
 
     Every rank of an attempt must agree on it (the main rank creates it, all write into it), so it
     names the attempt, which the executor gives every rank, and not a pid."""
-    attempt = _attempt()
+    attempt = fence.attempt()
     return f"{TMP_PREFIX}{step}" if attempt is None else f"{TMP_PREFIX}{step}-a{attempt}"
-
-
-def _attempt() -> int | None:
-    mine = os.environ.get("TRAINHUB_ATTEMPT", "")  # as fence.check reads it
-    return int(mine) if mine.isdigit() else None
 
 
 def _remove_stale_tmp(run_dir: Path) -> None:
     """Remove the temporary directories of this attempt and older ones (or of any, for the bare runner):
     a crash's leftovers, or a superseded run's, which never renames them. A newer attempt's is left
     alone: this run is the superseded one then, and the fence stops it."""
-    mine = _attempt()
+    mine = fence.attempt()
     for path in root(run_dir).glob(f"{TMP_PREFIX}*"):
         m = _TMP_NAME.match(path.name)
         theirs = m and m.group(1)

@@ -20,16 +20,22 @@ class Superseded(RuntimeError):
     """A newer attempt of this job owns the run directory: this run must write nothing more."""
 
 
+def attempt() -> int | None:
+    """This process's attempt (``TRAINHUB_ATTEMPT``); None for the bare runner."""
+    mine = os.environ.get("TRAINHUB_ATTEMPT", "")
+    return int(mine) if mine.isdigit() else None
+
+
 def check(run_dir: str | Path) -> None:
     """Raise :class:`Superseded` if a newer attempt than this process's owns ``run_dir``."""
-    mine = os.environ.get("TRAINHUB_ATTEMPT", "")
-    if not mine.isdigit():
+    mine = attempt()
+    if mine is None:
         return
     try:
         owner = int((Path(run_dir) / FENCE_FILE).read_text(encoding="ascii").strip())
     except (OSError, ValueError):
         return
-    if owner > int(mine):
+    if owner > mine:
         raise Superseded(f"attempt {mine} of this job was superseded by attempt {owner} (its worker lost the "
                          "lease and another ran the job again); stopping without writing anything more")
 
