@@ -17,10 +17,11 @@ sys.path.insert(0, str(ROOT))
 
 
 class Stack:
-    def __init__(self, web: bool = True):
+    def __init__(self, web: bool = True, web_workers: int = 1):
         self.tmp = Path(tempfile.mkdtemp(prefix="trainhub-logbench-"))
         self.procs: list[subprocess.Popen] = []
         self.web = web
+        self.web_workers = web_workers  # uvicorn --workers: server processes sharing the port
 
     def __enter__(self) -> "Stack":
         from tests.conftest import RedisServer, free_port
@@ -50,7 +51,7 @@ class Stack:
             self.port = free_port()
             self.url = f"http://127.0.0.1:{self.port}"
             self._spawn([sys.executable, "-m", "uvicorn", "trainhub.asgi:application", "--port", str(self.port),
-                         "--log-level", "warning", "--no-access-log"], "web.log")
+                         "--log-level", "warning", "--no-access-log", "--workers", str(self.web_workers)], "web.log")
             self._wait_web()
         return self
 

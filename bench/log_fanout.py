@@ -6,13 +6,17 @@ Every client checks it got every line once, in order; reported: print -> arrival
 p50/p95 over all clients and lines, and the uvicorn process's resident memory before and
 while serving them (psutil). Clients are asyncio + httpx in this process.
 
-    .venv/bin/python bench/log_fanout.py [--viewers 200] [--rate 100] [--seconds 10]
+    .venv/bin/python bench/log_fanout.py [--viewers 200] [--rate 100] [--seconds 10] [--web-workers 1]
+
+The coalescing of a hot job's wake-ups is the server's default unless TRAINHUB_SSE_COALESCE_* are set
+(the server processes inherit this environment).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import time
 
 import httpx
@@ -50,9 +54,12 @@ async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
 
 
 async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: float) -> None:
-    web = psutil.Process([p for p in stack.procs if "uvicorn" in " ".join(p.args)][0].pid)
-    rss0 = web.memory_info().rss
-    cpu0, me0 = sum(web.cpu_times()[:2]), sum(psutil.Process().cpu_times()[:2])
+    main = psutil.Process([p for p in stack.procs if "uvicorn" in " ".join(p.args)][0].pid)
+    web = [main, *main.children(recursive=True)]  # with --workers: the supervisor and its server processes
+    rss = lambda: sum(p.memory_info().rss for p in web)  # noqa: E731
+    cpu = lambda: sum(sum(p.cpu_times()[:2]) for p in web)  # noqa: E731
+    rss0 = rss()
+    cpu0, me0 = cpu(), sum(psutil.Process().cpu_times()[:2])
     count = int(rate * seconds)
     from asgiref.sync import sync_to_async
 
@@ -63,7 +70,7 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
 
     async def sample():
         while True:
-            peak[0] = max(peak[0], web.memory_info().rss)
+            peak[0] = max(peak[0], rss())
             await asyncio.sleep(0.5)
 
     async with httpx.AsyncClient(cookies=cookies, limits=limits,
@@ -73,17 +80,19 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
         await asyncio.gather(*(viewer(client, url, out) for _ in range(viewers)))
         sampler.cancel()
     lat = out["lat"]
-    cpu = sum(web.cpu_times()[:2]) - cpu0
+    cpu_s = cpu() - cpu0
     me = sum(psutil.Process().cpu_times()[:2]) - me0
     complete = all(out["ok"]) and min(out["counts"]) >= count
     # no live sample: every line was printed before the viewers were connected (raise --seconds)
     ms = {q: round(percentile(lat, q) * 1000, 1) if lat else None for q in (50, 95, 100)}
     print(f"{viewers} viewers x {count} lines at {rate:g} lines/s: all complete and in order: {complete}; "
           f"{len(lat)} live samples; latency p50 {ms[50]} ms, p95 {ms[95]} ms, max {ms[100]} ms; uvicorn RSS "
-          f"{rss0 / 2**20:.0f} MiB idle, {peak[0] / 2**20:.0f} MiB peak; CPU seconds: uvicorn {cpu:.1f}, these clients {me:.1f}")
-    record.write("log_fanout", {"viewers": viewers, "rate": rate, "lines": count, "complete_and_in_order": complete,
+          f"{rss0 / 2**20:.0f} MiB idle, {peak[0] / 2**20:.0f} MiB peak; CPU seconds: uvicorn {cpu_s:.1f}, these clients {me:.1f}")
+    record.write("log_fanout", {"viewers": viewers, "rate": rate, "web_workers": len(web) - (len(web) > 1),
+                                "coalesce": {k: os.environ.get(k) for k in ("TRAINHUB_SSE_COALESCE_VIEWERS",
+                                                                            "TRAINHUB_SSE_COALESCE_MS")}, "lines": count, "complete_and_in_order": complete,
                                 "live_samples": len(lat), "latency_ms": ms, "uvicorn_rss_mib": [rss0 / 2**20, peak[0] / 2**20],
-                                "cpu_seconds": {"uvicorn": cpu, "clients": me},
+                                "cpu_seconds": {"uvicorn": cpu_s, "clients": me},
                                 "latency_ms_sample": [round(x * 1000, 1) for x in lat[::max(1, len(lat) // 2000)]]})
 
 
@@ -92,8 +101,9 @@ def main() -> None:
     parser.add_argument("--viewers", type=int, default=200)
     parser.add_argument("--rate", type=float, default=100)
     parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--web-workers", type=int, default=1, help="uvicorn server processes")
     args = parser.parse_args()
-    with Stack() as stack:
+    with Stack(web_workers=args.web_workers) as stack:
         cookies = stack.cookies()  # Django's test client: outside the event loop (it is synchronous)
         asyncio.run(run(stack, cookies, args.viewers, args.rate, args.seconds))
 

@@ -222,6 +222,10 @@ TRAINHUB_LOG_RETENTION_DAYS = envint("TRAINHUB_LOG_RETENTION_DAYS", 0, minimum=0
 # shared by all viewers; past them lines come from the database again (trainhub/jobs/views/stream.py).
 TRAINHUB_SSE_JOB_BUFFER_BYTES = envint("TRAINHUB_SSE_JOB_BUFFER_BYTES", 8 * 1024 * 1024, minimum=65536)
 TRAINHUB_SSE_FRAME_CACHE_BYTES = envint("TRAINHUB_SSE_FRAME_CACHE_BYTES", 64 * 1024 * 1024, minimum=65536)
+# A job watched by this many viewers or more in one web process wakes them at most once per this many
+# milliseconds, with all lines since (fewer, larger writes); fewer viewers are woken per Redis read.
+TRAINHUB_SSE_COALESCE_VIEWERS = envint("TRAINHUB_SSE_COALESCE_VIEWERS", 20, minimum=1)
+TRAINHUB_SSE_COALESCE_MS = envint("TRAINHUB_SSE_COALESCE_MS", 100, minimum=1, maximum=1000)
 # `make run` (trainhub/core/management/commands/up.py).
 TRAINHUB_HOST = envstr("TRAINHUB_HOST", "127.0.0.1")
 TRAINHUB_PORT = envint("TRAINHUB_PORT", 8000, minimum=1, maximum=65535)

@@ -199,3 +199,60 @@ def test_rank_and_stream_filters_apply_to_the_live_stream(web, job, cookies):
     assert ranks == list(range(1, 60, 2))
     errors, end = read(web, job, cookies, params={"stream": "e", "rank": 0})
     assert errors == [s for s in range(60) if s % 6 == 0] and end["last_seq"] == 59
+
+
+def test_a_hot_jobs_many_viewers_are_woken_together_with_every_line_and_little_delay(
+        live_settings, own_redis, transactional_db, tmp_path, job, cookies):
+    """With ``TRAINHUB_SSE_COALESCE_VIEWERS`` viewers or more, a line-a-tick job wakes them once per
+    ``TRAINHUB_SSE_COALESCE_MS`` with all lines since, not once per line (one write per viewer per
+    wake-up is what a thousand viewers cost: bench/log_fanout.py); each still gets every line, in
+    order, within that window (and the status check's once a second). Without coalescing each viewer gets
+    about one write per line."""
+    import time
+
+    live_settings.REDIS_URL = own_redis.url
+    logs.redis_client.cache_clear()
+    env = {**server_env(database_url(), own_redis.url), "TRAINHUB_SSE_COALESCE_VIEWERS": "4",
+           "TRAINHUB_SSE_COALESCE_MS": "250"}
+    server = AsgiServer(free_port(), env, tmp_path / "uvicorn.log").start()
+    viewers = 4
+    got: list[dict] = [{"seqs": [], "writes": 0, "late": []} for _ in range(viewers)]
+    printed: dict[int, float] = {}
+    ready = threading.Barrier(viewers + 1)
+
+    def follow(out):
+        buf = b""
+        with httpx.stream("GET", f"{server.url}/jobs/{job.pk}/logs/stream", cookies=cookies, timeout=20) as response:
+            ready.wait()
+            for chunk in response.iter_raw():
+                now = time.monotonic()
+                *events, buf = (buf + chunk).split(b"\n\n")
+                seqs = [int(e.split(b"\n")[0][4:]) for e in events if e.startswith(b"id: ")]
+                out["writes"] += bool(seqs)
+                out["seqs"] += seqs
+                out["late"] += [now - printed[s] for s in seqs]
+                if any(e.startswith(b"event: end") for e in events):
+                    return
+
+    try:
+        threads = [threading.Thread(target=follow, args=(got[i],)) for i in range(viewers)]
+        for t in threads:
+            t.start()
+        ready.wait(timeout=20)
+        time.sleep(0.5)  # every viewer attached to the job's hub
+        started = time.monotonic()
+        for seq in range(150):  # a line every 20 ms and its write: 3 s or more
+            printed[seq] = time.monotonic()
+            emit(job, seq, 1)
+            time.sleep(0.02)
+        took = time.monotonic() - started
+        finish(job)
+        for t in threads:
+            t.join(30)
+    finally:
+        server.stop()
+        logs.redis_client.cache_clear()
+    for out in got:
+        assert out["seqs"] == list(range(150))
+        assert out["writes"] <= took / 0.25 + 3, (out["writes"], took)  # one per 0.25 s, not ~150
+        assert max(out["late"]) < 1.0, max(out["late"])  # the window (0.25 s) and a loaded machine's slack

@@ -71,6 +71,11 @@ def _status(job_id: int) -> str:
 class Hub:
     """One Redis reader and one status check per job per server process, for all its viewers.
 
+    A hot job's viewers are woken at most once per ``TRAINHUB_SSE_COALESCE_MS`` once it has
+    ``TRAINHUB_SSE_COALESCE_VIEWERS`` or more: each wake-up costs one write per viewer, so a
+    thousand viewers woken per Redis read would spend the process on writes of a line or two
+    (bench/log_fanout.py); fewer viewers are woken per read, as soon as lines arrive.
+
     Keeps the most recent contiguous lines (``lines``) read from the job's Redis Stream;
     ``epoch`` changes whenever that run of lines restarts (first attach, Redis lost and
     back, a hole in the stream), which tells viewers to look in the database first.
@@ -128,11 +133,15 @@ class Hub:
                         self.notify()
                         await asyncio.sleep(0.25)
                         continue
-                self.notify()
-                deadline = time.monotonic() + 1.0  # re-check the status about once a second
+                self.notify()  # the status and the page's sections, and lines held back (below)
+                held, woke = False, time.monotonic()  # lines read but not yet announced; last wake-up
+                deadline = woke + 1.0  # re-check the status about once a second
                 while redis_id is not None and time.monotonic() < deadline and self.viewers > 0:
+                    block = BLOCK_MS
+                    if held:  # read on until the coalescing window ends (block=0 would be "forever")
+                        block = max(1, int((woke + settings.TRAINHUB_SSE_COALESCE_MS / 1000 - time.monotonic()) * 1000))
                     try:
-                        reply = await client.xread({self.key: redis_id}, count=XREAD_ENTRIES, block=BLOCK_MS)
+                        reply = await client.xread({self.key: redis_id}, count=XREAD_ENTRIES, block=block)
                     except (redis.RedisError, OSError) as exc:
                         log.info("live log for job %s: redis lost (%s)", self.job_id, exc)
                         client, redis_id = await _close(client), None
@@ -149,8 +158,11 @@ class Hub:
                                 self.lines.append(line)
                                 self.text_bytes += len(line.text)
                     self.trim()
-                    if reply:
+                    held = held or bool(reply)
+                    if held and (self.viewers < settings.TRAINHUB_SSE_COALESCE_VIEWERS or
+                                 time.monotonic() - woke >= settings.TRAINHUB_SSE_COALESCE_MS / 1000):
                         self.notify()
+                        held, woke = False, time.monotonic()
         finally:
             await _close(client)
             self.notify()
