@@ -39,9 +39,18 @@ browsers: system-packages
 
 TEST_PG ?= $(or $(TRAINHUB_TEST_POSTGRES_URL),postgres://postgres@127.0.0.1:5432/test)
 
+# The two passes run side by side: most of a pass is spent waiting on real processes (workers starting,
+# leases running out, Slurm, torchft), not on the CPU. Each pass has its own Redis, database, run
+# directories and Slurm cluster (free ports), and tests look for their own jobs' processes by run
+# directory, so neither sees the other's. The PostgreSQL pass's output is shown once both have ended.
 test: $(DEV_STAMP) system-packages
-	$(PY) -m pytest
-	$(MAKE) --no-print-directory test-postgres
+	@mkdir -p var; \
+	$(MAKE) --no-print-directory test-postgres >var/test-postgres.log 2>&1 & pg=$$!; \
+	$(PY) -m pytest; sqlite=$$?; \
+	wait $$pg; postgres=$$?; \
+	echo "== the PostgreSQL pass, run beside the SQLite pass (var/test-postgres.log):"; cat var/test-postgres.log; \
+	echo "== SQLite pass: exit $$sqlite; PostgreSQL pass: exit $$postgres"; \
+	[ $$sqlite -eq 0 ] && [ $$postgres -eq 0 ]
 
 # The database-facing tests again on PostgreSQL. Run once, on SQLite: the runner's tests and those
 # marked no_db (they use no database, or `make run`'s own) or db_agnostic (an engine's behaviour through

@@ -14,7 +14,7 @@ from trainhub.jobs.sites import site_rows
 from trainhub.pools.models import Worker, WorkerPool
 from trainhub.runs.models import GangMember
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]  # its rows: tests/crosssite/test_takeover.py, test_api.py run on PostgreSQL
 # a lost site starts again after 5 s: the surviving site syncs alone as soon as the lost site's
 # heartbeat lapses (seconds), and a short pause keeps the survivor from training far ahead alone
 LOCAL = {"TRAINHUB_WORKER_ADDRESS": "127.0.0.1", "TRAINHUB_SITE_RESTART_SECONDS": "5"}
@@ -108,7 +108,8 @@ def test_a_killed_site_is_restarted_heals_from_its_peer_and_both_end_with_identi
     wait_for(lambda: len(metric_values(job, "cloud-b/sync_outer_step")) >= 3, timeout=240,
              message="site cloud-b to sync three times")
     site_b = [p for p in psutil.process_iter(["cmdline"])
-              if any(f"job-{job.pk}-site-cloud-b" in part for part in p.info["cmdline"] or [])]
+              if any(f"{live_settings.TRAINHUB_RUNS_DIR}/job-{job.pk}-site-cloud-b" in part  # not another run's
+                     for part in p.info["cmdline"] or [])]
     assert site_b
     for proc in site_b:  # the guard, torchrun and the rank: the whole site at once
         proc.kill()

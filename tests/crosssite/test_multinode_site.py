@@ -13,7 +13,7 @@ from trainhub.jobs.models import Job
 from trainhub.pools.models import Worker, WorkerPool
 from trainhub.runs.models import GangMember
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]  # its rows: tests/crosssite/test_takeover.py, test_api.py run on PostgreSQL
 WORKERS = ("lab-a@1", "lab-a@2", "cloud-b@1")
 
 

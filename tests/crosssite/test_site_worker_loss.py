@@ -10,6 +10,7 @@ import signal
 
 import psutil
 import pytest
+from django.conf import settings
 
 from tests.conftest import wait_for
 from tests.crosssite import sites
@@ -45,7 +46,8 @@ def metric_values(job, name) -> list[float]:
 
 def site_processes(job) -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline"])
-            if any(f"job-{job.pk}-site-cloud-b" in part for part in p.info["cmdline"] or [])]
+            if any(f"{settings.TRAINHUB_RUNS_DIR}/job-{job.pk}-site-cloud-b" in part  # not another run's
+                     for part in p.info["cmdline"] or [])]
 
 
 @pytest.mark.parametrize("how", ["killed", "stopped while its pool drains"])
