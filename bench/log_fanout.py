@@ -88,7 +88,7 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     print(f"{viewers} viewers x {count} lines at {rate:g} lines/s: all complete and in order: {complete}; "
           f"{len(lat)} live samples; latency p50 {ms[50]} ms, p95 {ms[95]} ms, max {ms[100]} ms; uvicorn RSS "
           f"{rss0 / 2**20:.0f} MiB idle, {peak[0] / 2**20:.0f} MiB peak; CPU seconds: uvicorn {cpu_s:.1f}, these clients {me:.1f}")
-    record.write("log_fanout", {"viewers": viewers, "rate": rate, "web_workers": len(web) - (len(web) > 1),
+    record.write("log_fanout", {"viewers": viewers, "rate": rate, "web_workers": stack.web_workers,
                                 "coalesce": {k: os.environ.get(k) for k in ("TRAINHUB_SSE_COALESCE_VIEWERS",
                                                                             "TRAINHUB_SSE_COALESCE_MS")}, "lines": count, "complete_and_in_order": complete,
                                 "live_samples": len(lat), "latency_ms": ms, "uvicorn_rss_mib": [rss0 / 2**20, peak[0] / 2**20],

@@ -6,7 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import torch
+from django.conf import settings
 
 from workers.runner import launch
 from workers.runner.config import dump_yaml, parse_spec
@@ -42,6 +44,13 @@ def start_site(job_spec, index: int, run_dir: Path, lighthouse: str) -> subproce
     with open(run_dir / "out.log", "ab") as out:
         return subprocess.Popen(launch.argv(site, config, run_dir), env=env, cwd=run_dir, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def site_processes(job_id: int, site: str) -> list[psutil.Process]:
+    """The live processes of job ``job_id``'s site ``site`` (guard, torchrun, ranks): found by its run
+    directory under this test's runs directory, so another test run's job of the same id is not counted."""
+    mark = f"{settings.TRAINHUB_RUNS_DIR}/job-{job_id}-site-{site}"
+    return [p for p in psutil.process_iter(["cmdline"]) if any(mark in part for part in p.info["cmdline"] or [])]
 
 
 def final_weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:

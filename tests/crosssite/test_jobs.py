@@ -107,9 +107,7 @@ def test_a_killed_site_is_restarted_heals_from_its_peer_and_both_end_with_identi
                                            sync={"algorithm": "diloco", "every": 50, "timeout_seconds": 10}))
     wait_for(lambda: len(metric_values(job, "cloud-b/sync_outer_step")) >= 3, timeout=240,
              message="site cloud-b to sync three times")
-    site_b = [p for p in psutil.process_iter(["cmdline"])
-              if any(f"{live_settings.TRAINHUB_RUNS_DIR}/job-{job.pk}-site-cloud-b" in part  # not another run's
-                     for part in p.info["cmdline"] or [])]
+    site_b = sites.site_processes(job.pk, "cloud-b")
     assert site_b
     for proc in site_b:  # the guard, torchrun and the rank: the whole site at once
         proc.kill()

@@ -10,7 +10,6 @@ import signal
 
 import psutil
 import pytest
-from django.conf import settings
 
 from tests.conftest import wait_for
 from tests.crosssite import sites
@@ -44,12 +43,6 @@ def metric_values(job, name) -> list[float]:
     return list(Metric.objects.filter(job=job, name=name).order_by("step").values_list("value", flat=True))
 
 
-def site_processes(job) -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline"])
-            if any(f"{settings.TRAINHUB_RUNS_DIR}/job-{job.pk}-site-cloud-b" in part  # not another run's
-                     for part in p.info["cmdline"] or [])]
-
-
 @pytest.mark.parametrize("how", ["killed", "stopped while its pool drains"])
 def test_a_sites_worker_lost_mid_run_is_replaced_by_another_worker_of_its_pool(how, workers, user, live_settings):
     # min_sites 2: lab-a cannot sync alone, so it waits (its syncs time out and the round is trained
@@ -62,7 +55,7 @@ def test_a_sites_worker_lost_mid_run_is_replaced_by_another_worker_of_its_pool(h
              message="site cloud-b to sync twice")
     holder = GangMember.objects.select_related("worker").get(job=job, node_rank=1).worker.hostname
     spare = next(name for name in NAMES[1:] if name != holder)
-    assert site_processes(job)
+    assert sites.site_processes(job.pk, "cloud-b")
     if how == "killed":
         os.kill(workers[holder].proc.pid, signal.SIGKILL)  # the worker itself: its heartbeat stops
     else:  # an admin drains the pool and stops its worker: the site waits, lost, until the pool takes jobs
@@ -96,7 +89,7 @@ def test_a_sites_worker_lost_mid_run_is_replaced_by_another_worker_of_its_pool(h
     runs = live_settings.TRAINHUB_RUNS_DIR
     assert sites.same_weights(sites.final_weights(runs / f"job-{job.pk}", 400),
                               sites.final_weights(runs / f"job-{job.pk}-site-cloud-b", 400))
-    assert not site_processes(job)
+    assert not sites.site_processes(job.pk, "cloud-b")
 
 
 def test_the_leaders_worker_killed_takes_the_lighthouse_with_it_and_the_job_is_retried_with_a_new_one(

@@ -23,16 +23,28 @@ def own_redis(tmp_path):
 
 
 @pytest.fixture
-def web(live_settings, own_redis, transactional_db, tmp_path):
+def start_web(live_settings, own_redis, transactional_db, tmp_path):
+    """Start uvicorn on this test's Redis with ``TRAINHUB_*`` settings of the test's own; stopped after it."""
     live_settings.REDIS_URL = own_redis.url
     logs.redis_client.cache_clear()
+    servers = []
+
+    def start(**extra_env: str) -> AsgiServer:
+        env = {**server_env(database_url(), own_redis.url), **extra_env}
+        servers.append(AsgiServer(free_port(), env, tmp_path / "uvicorn.log").start())
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+    logs.redis_client.cache_clear()
+
+
+@pytest.fixture
+def web(start_web):
     # These tests check that every line arrives once, in order; a finished log's bound (only its newest
     # 5,000 lines per connection) is tested in tests/security/test_stream_limits.py, so lift it here.
-    env = {**server_env(database_url(), own_redis.url), "TRAINHUB_SSE_FINISHED_LINES": "50000"}
-    server = AsgiServer(free_port(), env, tmp_path / "uvicorn.log").start()
-    yield server
-    server.stop()
-    logs.redis_client.cache_clear()
+    return start_web(TRAINHUB_SSE_FINISHED_LINES="50000")
 
 
 @pytest.fixture
@@ -201,8 +213,7 @@ def test_rank_and_stream_filters_apply_to_the_live_stream(web, job, cookies):
     assert errors == [s for s in range(60) if s % 6 == 0] and end["last_seq"] == 59
 
 
-def test_a_hot_jobs_many_viewers_are_woken_together_with_every_line_and_little_delay(
-        live_settings, own_redis, transactional_db, tmp_path, job, cookies):
+def test_a_hot_jobs_many_viewers_are_woken_together_with_every_line_and_little_delay(start_web, job, cookies):
     """With ``TRAINHUB_SSE_COALESCE_VIEWERS`` viewers or more, a line-a-tick job wakes them once per
     ``TRAINHUB_SSE_COALESCE_MS`` with all lines since, not once per line (one write per viewer per
     wake-up is what a thousand viewers cost: bench/log_fanout.py); each still gets every line, in
@@ -210,11 +221,7 @@ def test_a_hot_jobs_many_viewers_are_woken_together_with_every_line_and_little_d
     about one write per line."""
     import time
 
-    live_settings.REDIS_URL = own_redis.url
-    logs.redis_client.cache_clear()
-    env = {**server_env(database_url(), own_redis.url), "TRAINHUB_SSE_COALESCE_VIEWERS": "4",
-           "TRAINHUB_SSE_COALESCE_MS": "250"}
-    server = AsgiServer(free_port(), env, tmp_path / "uvicorn.log").start()
+    server = start_web(TRAINHUB_SSE_COALESCE_VIEWERS="4", TRAINHUB_SSE_COALESCE_MS="250")
     viewers = 4
     got: list[dict] = [{"seqs": [], "writes": 0, "late": []} for _ in range(viewers)]
     printed: dict[int, float] = {}
@@ -234,24 +241,20 @@ def test_a_hot_jobs_many_viewers_are_woken_together_with_every_line_and_little_d
                 if any(e.startswith(b"event: end") for e in events):
                     return
 
-    try:
-        threads = [threading.Thread(target=follow, args=(got[i],)) for i in range(viewers)]
-        for t in threads:
-            t.start()
-        ready.wait(timeout=20)
-        time.sleep(0.5)  # every viewer attached to the job's hub
-        started = time.monotonic()
-        for seq in range(150):  # a line every 20 ms and its write: 3 s or more
-            printed[seq] = time.monotonic()
-            emit(job, seq, 1)
-            time.sleep(0.02)
-        took = time.monotonic() - started
-        finish(job)
-        for t in threads:
-            t.join(30)
-    finally:
-        server.stop()
-        logs.redis_client.cache_clear()
+    threads = [threading.Thread(target=follow, args=(got[i],)) for i in range(viewers)]
+    for t in threads:
+        t.start()
+    ready.wait(timeout=20)
+    time.sleep(0.5)  # every viewer attached to the job's hub
+    started = time.monotonic()
+    for seq in range(150):  # a line every 20 ms and its write: 3 s or more
+        printed[seq] = time.monotonic()
+        emit(job, seq, 1)
+        time.sleep(0.02)
+    took = time.monotonic() - started
+    finish(job)
+    for t in threads:
+        t.join(30)
     for out in got:
         assert out["seqs"] == list(range(150))
         assert out["writes"] <= took / 0.25 + 3, (out["writes"], took)  # one per 0.25 s, not ~150

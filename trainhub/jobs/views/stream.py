@@ -134,12 +134,13 @@ class Hub:
                         await asyncio.sleep(0.25)
                         continue
                 self.notify()  # the status and the page's sections, and lines held back (below)
+                window = settings.TRAINHUB_SSE_COALESCE_MS / 1000
                 held, woke = False, time.monotonic()  # lines read but not yet announced; last wake-up
                 deadline = woke + 1.0  # re-check the status about once a second
                 while redis_id is not None and time.monotonic() < deadline and self.viewers > 0:
                     block = BLOCK_MS
                     if held:  # read on until the coalescing window ends (block=0 would be "forever")
-                        block = max(1, int((woke + settings.TRAINHUB_SSE_COALESCE_MS / 1000 - time.monotonic()) * 1000))
+                        block = max(1, int((woke + window - time.monotonic()) * 1000))
                     try:
                         reply = await client.xread({self.key: redis_id}, count=XREAD_ENTRIES, block=block)
                     except (redis.RedisError, OSError) as exc:
@@ -160,7 +161,7 @@ class Hub:
                     self.trim()
                     held = held or bool(reply)
                     if held and (self.viewers < settings.TRAINHUB_SSE_COALESCE_VIEWERS or
-                                 time.monotonic() - woke >= settings.TRAINHUB_SSE_COALESCE_MS / 1000):
+                                 time.monotonic() - woke >= window):
                         self.notify()
                         held, woke = False, time.monotonic()
         finally:
