@@ -23,7 +23,7 @@ from django.utils import timezone
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Worker, WorkerPool, offline_after
 from trainhub.runs.fair import owner_usage
-from trainhub.runs.scheduling import free_gpus, needs, slots_used
+from trainhub.runs.scheduling import free_gpus, needs, slots_of, slots_used
 
 #: pool backend ("local", "slurm") -> job -> its backend's reason ("" to fall through to the generic ones)
 BACKEND_REASONS: dict[str, Callable[[Job], str]] = {}
@@ -87,7 +87,7 @@ def waiting_reason(job: Job) -> str:
                     f"({len(workers)} online)")
         if gpus and max(len(free_gpus(w)) for w in workers) < gpus:
             return f"waiting for {gpus} GPUs on one host to be free (other jobs hold them)"
-        if all(slots_used(w) >= min(pool.slots_per_worker, w.threads or pool.slots_per_worker) for w in workers):
+        if all(slots_used(w) >= slots_of(w) for w in workers):
             return f"#{job.queue_position()} in the queue of pool {pool.name}: every worker is busy"
     return f"#{job.queue_position()} in the queue of pool {pool.name}"
 
