@@ -1,12 +1,14 @@
 """Fan-out: VIEWERS concurrent SSE clients follow one job printing RATE lines/s.
 
-Latency counts the lines printed after a viewer's stream opened (earlier ones are backlog).
+Latency counts the lines printed after a viewer's stream opened (earlier ones are backlog). The job
+waits --wait seconds before its first line, so that the viewers are connected before it prints: the
+figure is then the fan-out's, not the connection storm's; the raw file says how many were in time.
 
 Every client checks it got every line once, in order; reported: print -> arrival latency
 p50/p95 over all clients and lines, and the uvicorn process's resident memory before and
 while serving them (psutil). Clients are asyncio + httpx in this process.
 
-    .venv/bin/python bench/log_fanout.py [--viewers 200] [--rate 100] [--seconds 10] [--web-workers 1]
+    .venv/bin/python bench/log_fanout.py [--viewers 200] [--rate 100] [--seconds 10] [--wait auto] [--web-workers 1]
 
 The coalescing of a hot job's wake-ups is the server's default unless TRAINHUB_SSE_COALESCE_* are set
 (the server processes inherit this environment).
@@ -30,6 +32,7 @@ async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
     lat, seqs, buf = [], [], b""
     async with client.stream("GET", url) as response:
         connected = time.time()  # lines printed before this came from the backlog, not live
+        out.setdefault("connected", []).append(connected)
         async for chunk in response.aiter_raw():
             now = time.time()
             *events, buf = (buf + chunk).split(b"\n\n")
@@ -45,6 +48,7 @@ async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
                     printed = float(line["text"].split(" ")[1])
                     if printed >= connected:
                         lat.append(now - printed)
+                    out["first"] = min(out.get("first", printed), printed)
             else:
                 continue
             break
@@ -53,7 +57,7 @@ async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
     out.setdefault("counts", []).append(sum(1 for _ in seqs))
 
 
-async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: float) -> None:
+async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: float, wait: float) -> None:
     main = psutil.Process([p for p in stack.procs if "uvicorn" in " ".join(p.args)][0].pid)
     web = [main, *main.children(recursive=True)]  # with --workers: the supervisor and its server processes
     rss = lambda: sum(p.memory_info().rss for p in web)  # noqa: E731
@@ -63,7 +67,7 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     count = int(rate * seconds)
     from asgiref.sync import sync_to_async
 
-    job = await sync_to_async(stack.submit)(str(count), str(rate), name="fanout")
+    job = await sync_to_async(stack.submit)(str(count), str(rate), str(wait), name="fanout")
     out: dict = {}
     limits = httpx.Limits(max_connections=viewers + 10, max_keepalive_connections=viewers + 10)
     peak = [rss0]
@@ -83,14 +87,16 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     cpu_s = cpu() - cpu0
     me = sum(psutil.Process().cpu_times()[:2]) - me0
     complete = all(out["ok"]) and min(out["counts"]) >= count
+    in_time = sum(1 for t in out["connected"] if t <= out.get("first", 0))  # connected before line 0
     # no live sample: every line was printed before the viewers were connected (raise --seconds)
     ms = {q: round(percentile(lat, q) * 1000, 1) if lat else None for q in (50, 95, 100)}
     print(f"{viewers} viewers x {count} lines at {rate:g} lines/s: all complete and in order: {complete}; "
-          f"{len(lat)} live samples; latency p50 {ms[50]} ms, p95 {ms[95]} ms, max {ms[100]} ms; uvicorn RSS "
+          f"{in_time}/{viewers} connected before the first line, {len(lat)} live samples; latency p50 {ms[50]} ms, p95 {ms[95]} ms, max {ms[100]} ms; uvicorn RSS "
           f"{rss0 / 2**20:.0f} MiB idle, {peak[0] / 2**20:.0f} MiB peak; CPU seconds: uvicorn {cpu_s:.1f}, these clients {me:.1f}")
     record.write("log_fanout", {"viewers": viewers, "rate": rate, "web_workers": stack.web_workers,
                                 "coalesce": {k: os.environ.get(k) for k in ("TRAINHUB_SSE_COALESCE_VIEWERS",
                                                                             "TRAINHUB_SSE_COALESCE_MS")}, "lines": count, "complete_and_in_order": complete,
+                                "wait_s": wait, "connected_before_first_line": in_time,
                                 "live_samples": len(lat), "latency_ms": ms, "uvicorn_rss_mib": [rss0 / 2**20, peak[0] / 2**20],
                                 "cpu_seconds": {"uvicorn": cpu_s, "clients": me},
                                 "latency_ms_sample": [round(x * 1000, 1) for x in lat[::max(1, len(lat) // 2000)]]})
@@ -101,11 +107,14 @@ def main() -> None:
     parser.add_argument("--viewers", type=int, default=200)
     parser.add_argument("--rate", type=float, default=100)
     parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--wait", type=float, default=None,
+                        help="seconds the job waits before printing (default: 5 + viewers / 20)")
     parser.add_argument("--web-workers", type=int, default=1, help="uvicorn server processes")
     args = parser.parse_args()
     with Stack(web_workers=args.web_workers) as stack:
         cookies = stack.cookies()  # Django's test client: outside the event loop (it is synchronous)
-        asyncio.run(run(stack, cookies, args.viewers, args.rate, args.seconds))
+        wait = args.wait if args.wait is not None else 5 + args.viewers / 20
+        asyncio.run(run(stack, cookies, args.viewers, args.rate, args.seconds, wait))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The job the live-log benchmarks run (script mode): prints numbered, timestamped lines.
 
-    log_printer.py COUNT RATE     # RATE lines/s (0 = as fast as possible)
+    log_printer.py COUNT RATE [WAIT]  # RATE lines/s (0 = as fast as possible), after WAIT seconds
     log_printer.py train STEPS    # a CPU-bound training-like loop printing a line per step
 Each line is ``<i> <time.time()>``; with RATE > 0 every line is flushed as it is printed.
 The train loop's last line is ``steps/s <value>``.
@@ -31,6 +31,8 @@ def main() -> None:
     if sys.argv[1] == "train":
         return train(int(sys.argv[2]))
     count, rate = int(sys.argv[1]), float(sys.argv[2])
+    if len(sys.argv) > 3:  # a fan-out bench connects its viewers meanwhile
+        time.sleep(float(sys.argv[3]))
     out = sys.stdout
     if rate <= 0:
         block = 10_000
