@@ -226,3 +226,29 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"CI=true: this test needs something that is missing here, so the run fails: {reason}"
+
+
+_OUTCOMES = [0]  # tests that reported an outcome (passed, failed or skipped), counted where reports arrive
+_NEVER_RAN: list[str] = []  # the closing line of a run that lost tests
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        _OUTCOMES[0] += 1
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Under pytest-xdist (`make test`), every collected test must have reported an outcome: a scheduler
+    that drops tests without a word (``--dist loadfile`` does, for items sharing a node id) fails the run."""
+    if (getattr(session.config, "workerinput", None) is not None or session.config.getoption("dist", "no") == "no"
+            or session.shouldfail or session.shouldstop):
+        return  # a worker, a run without xdist, or one stopped early (-x, a crash) on purpose
+    if _OUTCOMES[0] < session.testscollected:
+        _NEVER_RAN.append(f"{session.testscollected} tests were collected but only {_OUTCOMES[0]} reported an outcome: "
+                          f"{session.testscollected - _OUTCOMES[0]} never ran (pytest-xdist's --dist mode; see the Makefile)")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in _NEVER_RAN:
+        terminalreporter.write_sep("=", line, red=True)

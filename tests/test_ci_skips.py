@@ -38,3 +38,13 @@ def test_the_other_databases_fault_test_is_an_expected_skip_under_ci():
     run = _pytest("tests/faults/test_postgres_outage.py", CI="true")  # on SQLite: its half runs in the PG pass
     assert run.returncode == 0, run.stdout
     assert "skipped" in run.stdout and "failed" not in run.stdout
+
+
+def test_a_run_whose_scheduler_drops_tests_fails_saying_how_many_never_ran():
+    # --dist loadfile schedules by node id; the schema fuzz test's 15 items share one (schemathesis under
+    # pytest 9.2), so it runs one of them. `make test` uses worksteal; this is the guard for the next such case.
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+                          "tests/api/test_schema_fuzz.py"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={k: v for k, v in os.environ.items() if k not in ("CI", "DATABASE_URL")})
+    assert run.returncode == 1, run.stdout
+    assert "15 tests were collected but only 1 reported an outcome: 14 never ran" in run.stdout
