@@ -8,7 +8,7 @@ Every client checks it got every line once, in order; reported: print -> arrival
 p50/p95 over all clients and lines, and the uvicorn process's resident memory before and
 while serving them (psutil). Clients are asyncio + httpx in this process.
 
-    .venv/bin/python bench/log_fanout.py [--viewers 200] [--rate 100] [--seconds 10] [--wait auto] [--web-workers 1]
+    .venv/bin/python bench/log_fanout.py [--viewers 200] [--rate 100] [--seconds 10] [--wait auto] [--client-processes 1] [--web-workers 1]
 
 The coalescing of a hot job's wake-ups is the server's default unless TRAINHUB_SSE_COALESCE_* are set
 (the server processes inherit this environment).
@@ -18,8 +18,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import httpx
 import psutil
@@ -57,7 +59,26 @@ async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
     out.setdefault("counts", []).append(sum(1 for _ in seqs))
 
 
-async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: float, wait: float) -> None:
+async def clients(url: str, cookies: dict, viewers: int) -> dict:
+    out: dict = {}
+    limits = httpx.Limits(max_connections=viewers + 10, max_keepalive_connections=viewers + 10)
+    async with httpx.AsyncClient(cookies=cookies, limits=limits, timeout=httpx.Timeout(600, connect=30)) as client:
+        await asyncio.gather(*(viewer(client, url, out) for _ in range(viewers)))
+    return out
+
+
+def client_process(url: str, cookies: dict, viewers: int) -> dict:
+    """One client process's share of the viewers; returns what they saw and its CPU seconds."""
+    out = asyncio.run(clients(url, cookies, viewers))
+    return {**out, "cpu": sum(psutil.Process().cpu_times()[:2])}
+
+
+def split(total: int, parts: int) -> list[int]:
+    return [total // parts + (i < total % parts) for i in range(parts)]
+
+
+async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: float, wait: float,
+              processes: int = 1) -> None:
     main = psutil.Process([p for p in stack.procs if "uvicorn" in " ".join(p.args)][0].pid)
     web = [main, *main.children(recursive=True)]  # with --workers: the supervisor and its server processes
     rss = lambda: sum(p.memory_info().rss for p in web)  # noqa: E731
@@ -68,8 +89,6 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     from asgiref.sync import sync_to_async
 
     job = await sync_to_async(stack.submit)(str(count), str(rate), str(wait), name="fanout")
-    out: dict = {}
-    limits = httpx.Limits(max_connections=viewers + 10, max_keepalive_connections=viewers + 10)
     peak = [rss0]
 
     async def sample():
@@ -77,12 +96,19 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
             peak[0] = max(peak[0], rss())
             await asyncio.sleep(0.5)
 
-    async with httpx.AsyncClient(cookies=cookies, limits=limits,
-                                 timeout=httpx.Timeout(600, connect=30)) as client:
-        sampler = asyncio.create_task(sample())
-        url = f"{stack.url}/jobs/{job.pk}/logs/stream"
-        await asyncio.gather(*(viewer(client, url, out) for _ in range(viewers)))
-        sampler.cancel()
+    sampler = asyncio.create_task(sample())
+    url = f"{stack.url}/jobs/{job.pk}/logs/stream"
+    if processes == 1:
+        out = await clients(url, cookies, viewers)
+    else:  # the viewers split over client processes, so that parsing them is not one core's work
+        loop = asyncio.get_running_loop()
+        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+            parts = await asyncio.gather(*(loop.run_in_executor(pool, client_process, url, cookies, share)
+                                           for share in split(viewers, processes)))
+        out = {k: [x for part in parts for x in part[k]] for k in ("lat", "ok", "counts", "connected")}
+        out["first"] = min(part["first"] for part in parts if "first" in part)
+        me0 -= sum(part["cpu"] for part in parts)  # their CPU, counted with this process's below
+    sampler.cancel()
     lat = out["lat"]
     cpu_s = cpu() - cpu0
     me = sum(psutil.Process().cpu_times()[:2]) - me0
@@ -94,6 +120,7 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
           f"{in_time}/{viewers} connected before the first line, {len(lat)} live samples; latency p50 {ms[50]} ms, p95 {ms[95]} ms, max {ms[100]} ms; uvicorn RSS "
           f"{rss0 / 2**20:.0f} MiB idle, {peak[0] / 2**20:.0f} MiB peak; CPU seconds: uvicorn {cpu_s:.1f}, these clients {me:.1f}")
     record.write("log_fanout", {"viewers": viewers, "rate": rate, "web_workers": stack.web_workers,
+                                "client_processes": processes,
                                 "coalesce": {k: os.environ.get(k) for k in ("TRAINHUB_SSE_COALESCE_VIEWERS",
                                                                             "TRAINHUB_SSE_COALESCE_MS")}, "lines": count, "complete_and_in_order": complete,
                                 "wait_s": wait, "connected_before_first_line": in_time,
@@ -109,12 +136,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--wait", type=float, default=None,
                         help="seconds the job waits before printing (default: 5 + viewers / 20)")
+    parser.add_argument("--client-processes", type=int, default=1,
+                        help="processes the viewers are split over (one Python process parses ~100,000 events/s)")
     parser.add_argument("--web-workers", type=int, default=1, help="uvicorn server processes")
     args = parser.parse_args()
     with Stack(web_workers=args.web_workers) as stack:
         cookies = stack.cookies()  # Django's test client: outside the event loop (it is synchronous)
         wait = args.wait if args.wait is not None else 5 + args.viewers / 20
-        asyncio.run(run(stack, cookies, args.viewers, args.rate, args.seconds, wait))
+        asyncio.run(run(stack, cookies, args.viewers, args.rate, args.seconds, wait, args.client_processes))
 
 
 if __name__ == "__main__":
