@@ -31,7 +31,7 @@ from log_common import Stack, percentile
 
 
 async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
-    lat, seqs, buf = [], [], b""
+    lat, seqs, buf, first = [], [], b"", None
     async with client.stream("GET", url) as response:
         connected = time.time()  # lines printed before this came from the backlog, not live
         out.setdefault("connected", []).append(connected)
@@ -50,13 +50,15 @@ async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
                     printed = float(line["text"].split(" ")[1])
                     if printed >= connected:
                         lat.append(now - printed)
-                    out["first"] = min(out.get("first", printed), printed)
+                    if first is None:
+                        first = printed  # line 0: every viewer gets every line, in order
             else:
                 continue
             break
     out.setdefault("lat", []).extend(lat)
     out.setdefault("ok", []).append(seqs == list(range(len(seqs))))
     out.setdefault("counts", []).append(sum(1 for _ in seqs))
+    out.setdefault("first", []).append(first)
 
 
 async def clients(url: str, cookies: dict, viewers: int) -> dict:
@@ -105,15 +107,15 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
         with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
             parts = await asyncio.gather(*(loop.run_in_executor(pool, client_process, url, cookies, share)
                                            for share in split(viewers, processes)))
-        out = {k: [x for part in parts for x in part[k]] for k in ("lat", "ok", "counts", "connected")}
-        out["first"] = min(part["first"] for part in parts if "first" in part)
+        out = {k: [x for part in parts for x in part[k]] for k in ("lat", "ok", "counts", "connected", "first")}
         me0 -= sum(part["cpu"] for part in parts)  # their CPU, counted with this process's below
     sampler.cancel()
     lat = out["lat"]
     cpu_s = cpu() - cpu0
     me = sum(psutil.Process().cpu_times()[:2]) - me0
     complete = all(out["ok"]) and min(out["counts"]) >= count
-    in_time = sum(1 for t in out["connected"] if t <= out.get("first", 0))  # connected before line 0
+    line0 = min((t for t in out["first"] if t is not None), default=0)
+    in_time = sum(1 for t in out["connected"] if t <= line0)  # connected before line 0
     # no live sample: every line was printed before the viewers were connected (raise --seconds)
     ms = {q: round(percentile(lat, q) * 1000, 1) if lat else None for q in (50, 95, 100)}
     print(f"{viewers} viewers x {count} lines at {rate:g} lines/s: all complete and in order: {complete}; "

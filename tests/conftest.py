@@ -161,17 +161,23 @@ def wait_for(predicate, timeout: float = 60, interval: float = 0.2, message: str
     raise AssertionError(f"timed out after {timeout}s waiting for {message}")
 
 
+def processes_naming(mark: str) -> list:
+    """The processes whose command line contains ``mark`` (a run directory of this test's), zombies too."""
+    import psutil
+
+    return [proc for proc in psutil.process_iter(["cmdline"]) if mark in " ".join(proc.info["cmdline"] or [])]
+
+
 def job_processes(job_id: int) -> list:
     """The live processes of this test's job ``job_id``: those whose command line names its run directory
     (``…/runs/job-<id>/``), so neither ``job-12`` nor another test run's ``job-1`` is counted."""
     import psutil
     from django.conf import settings
 
-    mark = f"{settings.TRAINHUB_RUNS_DIR}/job-{job_id}/"
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in processes_naming(f"{settings.TRAINHUB_RUNS_DIR}/job-{job_id}/"):
         try:
-            if mark in " ".join(proc.info["cmdline"] or []) and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except psutil.Error:  # it ended while we looked
             pass

@@ -15,9 +15,9 @@ def test_probe_skips_only_when_told():
         pytest.skip("the probe's service is missing (forced by the test)")
 
 
-def _pytest(target: str, **env) -> subprocess.CompletedProcess:
+def _pytest(*args: str, **env) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("CI", "DATABASE_URL")}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", target],
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
                           cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=300)
 
 
@@ -43,8 +43,6 @@ def test_the_other_databases_fault_test_is_an_expected_skip_under_ci():
 def test_a_run_whose_scheduler_drops_tests_fails_saying_how_many_never_ran():
     # --dist loadfile schedules by node id; the schema fuzz test's 15 items share one (schemathesis under
     # pytest 9.2), so it runs one of them. `make test` uses worksteal; this is the guard for the next such case.
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
-                          "tests/api/test_schema_fuzz.py"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={k: v for k, v in os.environ.items() if k not in ("CI", "DATABASE_URL")})
+    run = _pytest("-n", "2", "--dist", "loadfile", "tests/api/test_schema_fuzz.py")
     assert run.returncode == 1, run.stdout
     assert "15 tests were collected but only 1 reported an outcome: 14 never ran" in run.stdout

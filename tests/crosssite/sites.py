@@ -10,6 +10,7 @@ import psutil
 import torch
 from django.conf import settings
 
+from tests.conftest import processes_naming
 from workers.runner import launch
 from workers.runner.config import dump_yaml, parse_spec
 
@@ -47,10 +48,9 @@ def start_site(job_spec, index: int, run_dir: Path, lighthouse: str) -> subproce
 
 
 def site_processes(job_id: int, site: str) -> list[psutil.Process]:
-    """The live processes of job ``job_id``'s site ``site`` (guard, torchrun, ranks): found by its run
-    directory under this test's runs directory, so another test run's job of the same id is not counted."""
-    mark = f"{settings.TRAINHUB_RUNS_DIR}/job-{job_id}-site-{site}"
-    return [p for p in psutil.process_iter(["cmdline"]) if any(mark in part for part in p.info["cmdline"] or [])]
+    """The processes of job ``job_id``'s site ``site`` (guard, torchrun, ranks): found by its run directory
+    under this test's runs directory, so another test run's job of the same id is not counted."""
+    return processes_naming(f"{settings.TRAINHUB_RUNS_DIR}/job-{job_id}-site-{site}")
 
 
 def final_weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
