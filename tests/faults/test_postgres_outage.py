@@ -177,3 +177,62 @@ def test_a_job_whose_message_arrives_while_the_database_is_down_runs_once_it_is_
     assert history(job.pk) == [("", "queued"), ("queued", "running"), ("running", "succeeded")]
     assert_ticks_complete(job.pk, 5)
     assert worker.proc.poll() is None, "the worker died"
+
+
+@pytest.mark.slow
+def test_a_live_log_viewer_gets_every_line_and_the_end_after_the_web_servers_database_was_cut(
+        proxy, live_settings, transactional_db, user, user_client, cpu_pool, tmp_path):
+    """The web server's connections to PostgreSQL are cut for a few seconds while a viewer follows a
+    running job. The viewer's stream stays open and the lines printed meanwhile reach it live from
+    Redis; a viewer opening the log during the cut is told the database is unreachable (503), not a
+    500. After the cut the stream goes on by itself: every line once and in order, then the end event
+    when the job finishes. (Before: the server's log threads kept their dead connections, every status
+    check failed from then on, the open stream was cut off and no viewer saw the end.)"""
+    import httpx
+
+    from tests.asgi_server import serving, session_cookie, sse_events
+    from trainhub.jobs import logs
+
+    job = Job.objects.create(owner=user, name="followed", mode="centralized", spec={}, pool=cpu_pool,
+                             status="running")
+    seen: list[int] = []
+    ended: list[dict] = []
+    with serving(live_settings, tmp_path / "uvicorn.log", DATABASE_URL=through(proxy)) as web:
+        def follow():
+            with httpx.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream", cookies=session_cookie(user_client),
+                              timeout=httpx.Timeout(90, connect=10)) as response:
+                assert response.status_code == 200, response.read()
+                for event, _, data in sse_events(response):
+                    if event == "end":
+                        ended.append(data)
+                        return
+                    if event == "message":
+                        seen.append(data["seq"])
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        seq = 0
+
+        def put(n: int) -> None:
+            nonlocal seq
+            logs.append_lines(job.pk, [logs.Line(s, 0, "o", f"line {s}") for s in range(seq, seq + n)])
+            seq += n
+
+        put(20)
+        wait_for(lambda: len(seen) >= 20, timeout=30, message="the viewer to get the first lines")
+        assert proxy.down() >= 1, "the web server held no database connection to cut"
+        for _ in range(8):  # lines go on during the cut: the writer reaches the database directly
+            put(5)
+            time.sleep(0.5)
+        wait_for(lambda: len(seen) >= seq, timeout=30, message="the lines printed during the cut, live from Redis")
+        refused = httpx.get(f"{web.url}/jobs/{job.pk}/logs/stream", cookies=session_cookie(user_client), timeout=30)
+        assert refused.status_code == 503 and "database is unreachable" in refused.text, refused.text
+        assert refused.headers["Retry-After"]
+        proxy.up()
+        put(20)
+        wait_for(lambda: len(seen) >= seq, timeout=30, message="the viewer to get the lines after the cut")
+        Job.objects.filter(pk=job.pk).update(status="succeeded")
+        reader.join(30)
+        assert ended, f"no end event after the job finished ({web.output()[-1500:]})"
+    assert seen == list(range(seq)), "a line was lost or sent twice"
+    assert ended[0]["status"] == "succeeded"

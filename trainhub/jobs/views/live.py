@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 
-from asgiref.sync import sync_to_async
 from django.db.models import Max
 from django.template.loader import render_to_string
 
 from trainhub.jobs import runfiles
 from trainhub.jobs.models import Job, JobEvent, Metric, Status
+from trainhub.jobs.views import aiodb
 from trainhub.jobs.views.detail import fragment_context
 from trainhub.jobs.views.logs import first_point, progress_payload
 from trainhub.jobs.sites import sites_key
@@ -130,27 +130,32 @@ class PageViewer:
         """SSE events for every section that changed since the last call (all of them the first time)."""
         if watch.job is None:
             return ""
-        out = []
-        for name in FRAGMENTS:
-            if name not in watch.keys:
-                continue  # a section this job's page does not have
-            key = watch.keys[name]
-            if self.sent.get(name, self) != key:
-                self.sent[name] = key
-                out.append(await sync_to_async(_fragment, thread_sensitive=False)(self.request, self.job_id, name))
-        if self.sent.get("progress", self) != watch.keys.get("progress"):
-            self.sent["progress"] = watch.keys.get("progress")
-            out.append(sse("progress", progress_payload(watch.job, watch.first)))
-        rows = await self._new_metrics(watch)
-        if rows:
-            out.append(sse("metrics", {"series": _series(rows)}))
-        return "".join(out)
+        sent, cursor = dict(self.sent), self.metrics_cursor
+        try:
+            out = []
+            for name in FRAGMENTS:
+                if name not in watch.keys:
+                    continue  # a section this job's page does not have
+                key = watch.keys[name]
+                if self.sent.get(name, self) != key:
+                    self.sent[name] = key
+                    out.append(await aiodb.call(_fragment, self.request, self.job_id, name))
+            if self.sent.get("progress", self) != watch.keys.get("progress"):
+                self.sent["progress"] = watch.keys.get("progress")
+                out.append(sse("progress", progress_payload(watch.job, watch.first)))
+            rows = await self._new_metrics(watch)
+            if rows:
+                out.append(sse("metrics", {"series": _series(rows)}))
+            return "".join(out)
+        except BaseException:  # a database read failed (or the stream closed): none of it was sent
+            self.sent, self.metrics_cursor = sent, cursor
+            raise
 
     async def _new_metrics(self, watch: PageWatch) -> list:
         start, points = watch.metrics or (0, [])
         if self.metrics_cursor is None or self.metrics_cursor < start:
             # a snapshot from the database: everything this client has not had, then the hub's buffer
-            rows = await sync_to_async(_all_metrics, thread_sensitive=False)(self.job_id, self.metrics_cursor or 0)
+            rows = await aiodb.call(_all_metrics, self.job_id, self.metrics_cursor or 0)
             self.metrics_cursor = max([start, *(r[0] for r in rows)])
         else:
             rows = []

@@ -6,7 +6,6 @@ import csv
 import json
 from urllib.parse import urlencode
 
-from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -19,7 +18,7 @@ from django.views.decorators.http import require_GET
 from trainhub.jobs import ansi, logs, retention
 from trainhub.jobs.models import Job, Metric
 from trainhub.jobs.services import jobs_visible_to
-from trainhub.jobs.views import int_param, job_for_user
+from trainhub.jobs.views import aiodb, int_param, job_for_user
 from workers.runner.errors import SpecError
 
 PAGE = 500
@@ -144,7 +143,7 @@ def job_log_download(request: HttpRequest, job_id: int) -> HttpResponse:
         async def chunks():  # under ASGI a sync iterator would be read into a list first
             after = -1
             while True:
-                lines = await sync_to_async(logs.read_lines, thread_sensitive=False)(job.pk, after, 5000)
+                lines = await aiodb.call(logs.read_lines, job.pk, after, 5000)
                 if not lines:
                     return
                 yield _download_text(lines, ranks)

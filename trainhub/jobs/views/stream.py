@@ -40,14 +40,14 @@ import time
 
 import redis
 import redis.asyncio as aioredis
-from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 
 from trainhub.jobs import ansi, logs, retention
 from trainhub.jobs.models import FINAL, Job
-from trainhub.jobs.views import catchup, int_param, job_for_user, live
+from trainhub.jobs.views import aiodb, catchup, int_param, job_for_user, live
 
 log = logging.getLogger(__name__)
 BLOCK_MS = 1000
@@ -92,6 +92,7 @@ class Hub:
         self.viewers = 0
         self.page_viewers = 0  # viewers of the job page's sections: only then is ``page`` read
         self.page = live.PageWatch(job_id)
+        self.db_lost = False  # the last status read failed with a database error
         self.changed = asyncio.Event()
         self.task: asyncio.Task | None = None
 
@@ -109,12 +110,22 @@ class Hub:
         client, redis_id = None, None
         try:
             while self.viewers > 0:
-                if self.page_viewers > 0:
-                    await sync_to_async(self.page.refresh, thread_sensitive=False)()
-                    self.status = self.page.status
-                else:
-                    self.page.read = False  # nobody watches the sections: what it holds goes stale
-                    self.status = await sync_to_async(_status, thread_sensitive=False)(self.job_id)
+                try:
+                    if self.page_viewers > 0:
+                        await aiodb.call(self.page.refresh)
+                        self.status = self.page.status
+                    else:
+                        self.page.read = False  # nobody watches the sections: what it holds goes stale
+                        self.status = await aiodb.call(_status, self.job_id)
+                    if self.db_lost:
+                        log.warning("live log for job %s: the database is back", self.job_id)
+                        self.db_lost = False
+                except DatabaseError as exc:
+                    # Lines still come from Redis; the status is checked again in a second.
+                    if not self.db_lost:
+                        log.warning("live log for job %s: the database is unreachable (%s); live lines go "
+                                    "on from Redis", self.job_id, exc)
+                    self.db_lost = True
                 if self.status in FINAL:
                     self.notify()
                     return
@@ -263,11 +274,11 @@ class Follower:
         ``strict`` stops at a hole in the stored sequence instead of skipping it (a hole can
         only be a write still in flight); once the job is final nothing more can arrive.
         """
-        lines = await sync_to_async(logs.read_lines, thread_sensitive=False)(self.job_id, self.cursor, DB_BATCH)
+        lines = await aiodb.call(logs.read_lines, self.job_id, self.cursor, DB_BATCH)
         out = []
         for line in lines:
             if strict and line.seq != self.cursor + 1:
-                cut = await sync_to_async(retention.cut_range, thread_sensitive=False)(self.job_id)
+                cut = await aiodb.call(retention.cut_range, self.job_id)
                 if not (cut and cut[0] <= self.cursor + 1 and line.seq - 1 <= cut[1]):
                     return [f for f in out if f], False  # not a retention cut: wait for the write
             out.append(self.frame(line))
@@ -280,8 +291,8 @@ class Follower:
         if recent is None:
             epoch = hub.epoch
             if self.opening:  # (re)connecting: a far-behind client starts from the newest lines
+                start = await aiodb.call(catchup.catch_up_from, self.job_id, self.cursor)
                 self.opening = False
-                start = await sync_to_async(catchup.catch_up_from, thread_sensitive=False)(self.job_id, self.cursor)
                 if start > self.cursor:
                     yield catchup.skipped_frame(self.job_id, self.cursor + 1, start, self.rank, self.stream)
                     self.cursor = start
@@ -323,15 +334,24 @@ class Follower:
                     await _wait(changed, 2)
                     continue
                 final = hub.status in FINAL
-                if self.lines:
-                    async for chunk in self.line_frames(hub, final):
-                        yield chunk
-                        last_write = time.monotonic()
-                if page:
-                    sections = await self.page.events(hub.page)
-                    if sections:
-                        yield sections
-                        last_write = time.monotonic()
+                sent = self.cursor
+                try:
+                    if self.lines:
+                        async for chunk in self.line_frames(hub, final):
+                            yield chunk
+                            last_write, sent = time.monotonic(), self.cursor
+                    if page:
+                        sections = await self.page.events(hub.page)
+                        if sections:
+                            yield sections
+                            last_write = time.monotonic()
+                except DatabaseError as exc:
+                    # The stream stays open (live lines keep coming from the hub); what was read but
+                    # not sent is read again once the database answers.
+                    log.info("live log for job %s: a database read failed (%s); trying again", self.job_id, exc)
+                    self.cursor = sent
+                    await asyncio.sleep(1)
+                    final = False
                 if final:
                     # The final status is written after the last lines were stored: all are sent.
                     yield f"event: end\ndata: {json.dumps({'status': hub.status, 'last_seq': self.cursor})}\n\n"
@@ -369,11 +389,25 @@ def _filters(request: HttpRequest) -> tuple[int | None, str | None]:
     return int_param(request.GET.get("rank") or None), stream if stream in ("o", "e", "s") else None
 
 
-async def job_log_stream(request: HttpRequest, job_id: int) -> HttpResponse:
-    user = await request.auser()
+def _viewer(request: HttpRequest, job_id: int):
+    """(user, job) for a logged-in user who may see the job (else Http404), or (None, None)."""
+    user = request.user  # the session and the user are read here, in the same thread as the job
     if not user.is_authenticated:
+        return None, None
+    return user, job_for_user(user, job_id)
+
+
+async def job_log_stream(request: HttpRequest, job_id: int) -> HttpResponse:
+    try:
+        user, job = await aiodb.call(_viewer, request, job_id)
+    except DatabaseError as exc:
+        log.warning("live log for job %s: the database is unreachable (%s)", job_id, exc)
+        response = HttpResponse("the database is unreachable; try again in a few seconds\n", status=503,
+                                content_type="text/plain")
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
+    if user is None:
         return HttpResponse("log in to follow this log\n", status=403, content_type="text/plain")
-    job = await sync_to_async(job_for_user)(user, job_id)
     refused = _over_limit(user.pk)
     if refused:
         response = HttpResponse(refused + "\n", status=429, content_type="text/plain")
