@@ -8,6 +8,9 @@ refused: templates use ``data-confirm`` / ``data-remove-closest``, wired in ``st
 """
 from __future__ import annotations
 
+from asgiref.sync import iscoroutinefunction
+from django.utils.decorators import sync_and_async_middleware
+
 POLICY = "; ".join([
     "default-src 'self'",
     "script-src 'self' 'unsafe-eval'",
@@ -21,10 +24,19 @@ POLICY = "; ".join([
 ])
 
 
+@sync_and_async_middleware
 def csp_middleware(get_response):
-    def middleware(request):
-        response = get_response(request)
-        response.setdefault("Content-Security-Policy", POLICY)
-        return response
-
+    """Async-capable: one sync-only middleware sends every request to an async view (the live log
+    streams) through a thread of its own and back, and that thread opens a database connection of
+    its own (bench/sse_connect.py)."""
+    if iscoroutinefunction(get_response):
+        async def middleware(request):
+            response = await get_response(request)
+            response.setdefault("Content-Security-Policy", POLICY)
+            return response
+    else:
+        def middleware(request):
+            response = get_response(request)
+            response.setdefault("Content-Security-Policy", POLICY)
+            return response
     return middleware

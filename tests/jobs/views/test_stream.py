@@ -72,6 +72,7 @@ def read(web, job, cookies, *, stop_after: int | None = None, headers=None, para
                       params=params or {}, timeout=20) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
+        assert "default-src 'self'" in response.headers["content-security-policy"]  # csp.py's async path
         for event, ident, data in sse_events(response):
             if event == "end":
                 end = data
