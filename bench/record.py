@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 from datetime import datetime, timezone
 from importlib import metadata
@@ -33,11 +34,23 @@ def versions() -> dict:
     return found
 
 
+def commit() -> str:
+    """The checkout's commit, with "+changes" when its tracked files differ from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
 def write(name: str, result: dict, *, database: str = "", command: list[str] | None = None) -> Path:
     """Write ``result`` (summary figures and raw samples) with its provenance; returns the file's path.
     ``command``: the bench's own argv when another script ran it (default: this process's)."""
     now = datetime.now(timezone.utc)
-    record = {"bench": name, "date": now.isoformat(timespec="seconds"),
+    record = {"bench": name, "date": now.isoformat(timespec="seconds"), "commit": commit(),
               "command": " ".join(shlex.quote(a) for a in [".venv/bin/python", *(command or sys.argv)]),
               "machine": machine(), "versions": versions(), "database": database or "sqlite", "result": result}
     RESULTS.mkdir(exist_ok=True)
