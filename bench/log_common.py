@@ -17,11 +17,12 @@ sys.path.insert(0, str(ROOT))
 
 
 class Stack:
-    def __init__(self, web: bool = True, web_workers: int = 1):
+    def __init__(self, web: bool = True, web_workers: int = 1, slots: int = 1):
         self.tmp = Path(tempfile.mkdtemp(prefix="trainhub-logbench-"))
         self.procs: list[subprocess.Popen] = []
         self.web = web
         self.web_workers = web_workers  # uvicorn --workers: server processes sharing the port
+        self.slots = slots  # jobs the one worker runs at once
 
     def __enter__(self) -> "Stack":
         from tests.conftest import RedisServer, free_port
@@ -43,10 +44,12 @@ class Stack:
 
         from trainhub.pools.models import WorkerPool, Workspace
 
-        WorkerPool.objects.get_or_create(name="cpu", defaults={"kind": "cpu", "queue": "cpu"})
+        WorkerPool.objects.update_or_create(name="cpu", defaults={"kind": "cpu", "queue": "cpu",
+                                                                   "slots_per_worker": self.slots})
         Workspace.objects.get_or_create(name="logbench", defaults={"path": str(ROOT / "bench")})
         self.user = get_user_model().objects.create_user("bench", password="bench-password-1")
-        self._spawn([sys.executable, "manage.py", "runworker", "--pool", "cpu", "--slots", "1"], "worker.log")
+        self._spawn([sys.executable, "manage.py", "runworker", "--pool", "cpu", "--slots", str(self.slots)],
+                    "worker.log")
         if self.web:
             self.port = free_port()
             self.url = f"http://127.0.0.1:{self.port}"

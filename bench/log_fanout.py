@@ -1,14 +1,17 @@
-"""Fan-out: VIEWERS concurrent SSE clients follow one job printing RATE lines/s.
+"""Fan-out: VIEWERS concurrent SSE clients follow JOBS running jobs (VIEWERS / JOBS each), each job
+printing RATE lines/s.
 
 Latency counts the lines printed after a viewer's stream opened (earlier ones are backlog). The job
 waits --wait seconds before its first line, so that the viewers are connected before it prints: the
 figure is then the fan-out's, not the connection storm's; the raw file says how many were in time.
 
-Every client checks it got every line once, in order; reported: print -> arrival latency
+Every client checks it got every line once, in order (by its ``id:``); reported: print -> arrival latency
 p50/p95 over all clients and lines, and the uvicorn process's resident memory before and
 while serving them (psutil). Clients are asyncio + httpx in this process.
 
-    .venv/bin/python bench/log_fanout.py [--viewers 200] [--rate 100] [--seconds 10] [--wait auto] [--client-processes 1] [--web-workers 1]
+    .venv/bin/python bench/log_fanout.py [--viewers 200] [--jobs 1] [--rate 100] [--seconds 10] [--wait auto] [--client-processes 1] [--web-workers 1]
+
+With ``--jobs`` above 1 the one worker runs them all at once (its slots = JOBS); viewer i follows job i mod JOBS.
 
 The coalescing of a hot job's wake-ups is the server's default unless TRAINHUB_SSE_COALESCE_* are set
 (the server processes inherit this environment).
@@ -17,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import os
 import time
@@ -34,20 +36,22 @@ async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
     lat, seqs, buf, first = [], [], b"", None
     async with client.stream("GET", url) as response:
         connected = time.time()  # lines printed before this came from the backlog, not live
-        out.setdefault("connected", []).append(connected)
         async for chunk in response.aiter_raw():
             now = time.time()
             *events, buf = (buf + chunk).split(b"\n\n")
             for event in events:
                 if event.startswith(b"event: end"):
                     break
-                data = event.find(b"\ndata: ")
-                if not event.startswith(b"id: ") or data < 0:
+                # a line: b'id: SEQ\ndata: {"seq": SEQ, "rank": R, "stream": "o", "text": "I TIME", "html": ...}'
+                # read with byte searches, not json.loads: the clients share the server's two cores
+                head = event.find(b"\n")
+                if not event.startswith(b"id: ") or head < 0:
                     continue
-                line = json.loads(event[data + 7:])
-                seqs.append(line["seq"])
-                if line["stream"] == "o":
-                    printed = float(line["text"].split(" ")[1])
+                seqs.append(int(event[4:head]))
+                stream = event.find(b'"stream": "', head) + 11
+                if event[stream:stream + 1] == b"o":
+                    text = event.find(b'"text": "', stream) + 9
+                    printed = float(event[event.find(b" ", text) + 1:event.find(b'"', text)])
                     if printed >= connected:
                         lat.append(now - printed)
                     if first is None:
@@ -58,29 +62,33 @@ async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
     out.setdefault("lat", []).extend(lat)
     out.setdefault("ok", []).append(seqs == list(range(len(seqs))))
     out.setdefault("counts", []).append(sum(1 for _ in seqs))
-    out.setdefault("first", []).append(first)
+    out.setdefault("connected", []).append(connected)
+    out.setdefault("first", []).append(first)  # in step with "connected": this viewer's job's line 0
 
 
-async def clients(url: str, cookies: dict, viewers: int) -> dict:
+async def clients(urls: list[str], cookies: dict) -> dict:
+    """One viewer per url."""
     out: dict = {}
-    limits = httpx.Limits(max_connections=viewers + 10, max_keepalive_connections=viewers + 10)
+    limits = httpx.Limits(max_connections=len(urls) + 10, max_keepalive_connections=len(urls) + 10)
     async with httpx.AsyncClient(cookies=cookies, limits=limits, timeout=httpx.Timeout(600, connect=30)) as client:
-        await asyncio.gather(*(viewer(client, url, out) for _ in range(viewers)))
+        await asyncio.gather(*(viewer(client, url, out) for url in urls))
     return out
 
 
-def client_process(url: str, cookies: dict, viewers: int) -> dict:
+def client_process(urls: list[str], cookies: dict) -> dict:
     """One client process's share of the viewers; returns what they saw and its CPU seconds."""
-    out = asyncio.run(clients(url, cookies, viewers))
+    out = asyncio.run(clients(urls, cookies))
     return {**out, "cpu": sum(psutil.Process().cpu_times()[:2])}
 
 
-def split(total: int, parts: int) -> list[int]:
-    return [total // parts + (i < total % parts) for i in range(parts)]
+def split(items: list, parts: int) -> list[list]:
+    """``items`` in ``parts`` contiguous shares, as even as can be."""
+    sizes = [len(items) // parts + (i < len(items) % parts) for i in range(parts)]
+    return [items[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(parts)]
 
 
 async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: float, wait: float,
-              processes: int = 1) -> None:
+              processes: int = 1, jobs: int = 1) -> None:
     main = psutil.Process([p for p in stack.procs if "uvicorn" in " ".join(p.args)][0].pid)
     web = [main, *main.children(recursive=True)]  # with --workers: the supervisor and its server processes
     rss = lambda: sum(p.memory_info().rss for p in web)  # noqa: E731
@@ -90,7 +98,8 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     count = int(rate * seconds)
     from asgiref.sync import sync_to_async
 
-    job = await sync_to_async(stack.submit)(str(count), str(rate), str(wait), name="fanout")
+    submitted = [await sync_to_async(stack.submit)(str(count), str(rate), str(wait), name=f"fanout-{i}")
+                 for i in range(jobs)]
     peak = [rss0]
 
     async def sample():
@@ -99,14 +108,14 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
             await asyncio.sleep(0.5)
 
     sampler = asyncio.create_task(sample())
-    url = f"{stack.url}/jobs/{job.pk}/logs/stream"
+    urls = [f"{stack.url}/jobs/{submitted[i % jobs].pk}/logs/stream" for i in range(viewers)]
     if processes == 1:
-        out = await clients(url, cookies, viewers)
+        out = await clients(urls, cookies)
     else:  # the viewers split over client processes, so that parsing them is not one core's work
         loop = asyncio.get_running_loop()
         with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
-            parts = await asyncio.gather(*(loop.run_in_executor(pool, client_process, url, cookies, share)
-                                           for share in split(viewers, processes)))
+            parts = await asyncio.gather(*(loop.run_in_executor(pool, client_process, share, cookies)
+                                           for share in split(urls, processes)))
         out = {k: [x for part in parts for x in part[k]] for k in ("lat", "ok", "counts", "connected", "first")}
         me0 -= sum(part["cpu"] for part in parts)  # their CPU, counted with this process's below
     sampler.cancel()
@@ -114,14 +123,14 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     cpu_s = cpu() - cpu0
     me = sum(psutil.Process().cpu_times()[:2]) - me0
     complete = all(out["ok"]) and min(out["counts"]) >= count
-    line0 = min((t for t in out["first"] if t is not None), default=0)
-    in_time = sum(1 for t in out["connected"] if t <= line0)  # connected before line 0
+    # connected before its job's line 0 was printed
+    in_time = sum(1 for c, f in zip(out["connected"], out["first"]) if f is not None and c <= f)
     # no live sample: every line was printed before the viewers were connected (raise --seconds)
     ms = {q: round(percentile(lat, q) * 1000, 1) if lat else None for q in (50, 95, 100)}
-    print(f"{viewers} viewers x {count} lines at {rate:g} lines/s: all complete and in order: {complete}; "
+    print(f"{viewers} viewers of {jobs} job(s), {count} lines each at {rate:g} lines/s: all complete and in order: {complete}; "
           f"{in_time}/{viewers} connected before the first line, {len(lat)} live samples; latency p50 {ms[50]} ms, p95 {ms[95]} ms, max {ms[100]} ms; uvicorn RSS "
           f"{rss0 / 2**20:.0f} MiB idle, {peak[0] / 2**20:.0f} MiB peak; CPU seconds: uvicorn {cpu_s:.1f}, these clients {me:.1f}")
-    record.write("log_fanout", {"viewers": viewers, "rate": rate, "web_workers": stack.web_workers,
+    record.write("log_fanout", {"viewers": viewers, "jobs": jobs, "rate": rate, "web_workers": stack.web_workers,
                                 "client_processes": processes,
                                 "coalesce": {k: os.environ.get(k) for k in ("TRAINHUB_SSE_COALESCE_VIEWERS",
                                                                             "TRAINHUB_SSE_COALESCE_MS")}, "lines": count, "complete_and_in_order": complete,
@@ -134,7 +143,8 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--viewers", type=int, default=200)
-    parser.add_argument("--rate", type=float, default=100)
+    parser.add_argument("--jobs", type=int, default=1, help="jobs running at once, VIEWERS / JOBS viewers each")
+    parser.add_argument("--rate", type=float, default=100, help="lines/s of each job")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--wait", type=float, default=None,
                         help="seconds the job waits before printing (default: 5 + viewers / 20)")
@@ -142,10 +152,10 @@ def main() -> None:
                         help="processes the viewers are split over (one Python process parses ~100,000 events/s)")
     parser.add_argument("--web-workers", type=int, default=1, help="uvicorn server processes")
     args = parser.parse_args()
-    with Stack(web_workers=args.web_workers) as stack:
+    with Stack(web_workers=args.web_workers, slots=args.jobs) as stack:
         cookies = stack.cookies()  # Django's test client: outside the event loop (it is synchronous)
         wait = args.wait if args.wait is not None else 5 + args.viewers / 20
-        asyncio.run(run(stack, cookies, args.viewers, args.rate, args.seconds, wait, args.client_processes))
+        asyncio.run(run(stack, cookies, args.viewers, args.rate, args.seconds, wait, args.client_processes, args.jobs))
 
 
 if __name__ == "__main__":
