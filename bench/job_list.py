@@ -24,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.log_common import fresh_postgres  # noqa: E402
+
 BENCH_DB = "trainhub_bench_joblist"
 
 
@@ -31,13 +33,7 @@ def prepare_environment() -> str:
     """A database of the bench's own; returns what it is, for the table."""
     url = os.environ.get("DATABASE_URL", "")
     if url.startswith("postgres"):
-        import psycopg
-
-        base, _, _name = url.rpartition("/")
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
-            conn.execute(f"CREATE DATABASE {BENCH_DB}")
-        os.environ["DATABASE_URL"] = f"{base}/{BENCH_DB}"
+        os.environ["DATABASE_URL"] = fresh_postgres(url, BENCH_DB)
         kind = "PostgreSQL"
     else:
         kind = "SQLite (WAL)"

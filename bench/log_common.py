@@ -1,6 +1,9 @@
 """Shared set-up for the live-log benchmarks: a private Redis, database, Celery worker and
 uvicorn; jobs in script mode running ``bench/log_printer.py`` through the real executor.
 
+The database is a SQLite file of the stack's own, or, when DATABASE_URL names a PostgreSQL server, a
+fresh database ``trainhub_bench_stack`` on it (dropped and created at the start).
+
 Not a test: the figures go to docs/BENCHMARKS.md ("Live logs").
 """
 from __future__ import annotations
@@ -16,6 +19,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def fresh_postgres(url: str, name: str, reuse: bool = False) -> str:
+    """The URL of database ``name`` on the PostgreSQL server of ``url``, dropped and created anew
+    (``reuse``: kept when it exists)."""
+    import psycopg
+
+    base, _, _ = url.rpartition("/")
+    with psycopg.connect(url, autocommit=True) as conn:
+        if not reuse:
+            conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(f"CREATE DATABASE {name}")
+    return f"{base}/{name}"
+
+
 class Stack:
     def __init__(self, web: bool = True, web_workers: int = 1, slots: int = 1):
         self.tmp = Path(tempfile.mkdtemp(prefix="trainhub-logbench-"))
@@ -27,6 +44,10 @@ class Stack:
     def __enter__(self) -> "Stack":
         from tests.conftest import RedisServer, free_port
 
+        url = os.environ.get("DATABASE_URL", "")
+        self.database = "postgresql" if url.startswith("postgres") else "sqlite"
+        if self.database == "postgresql":
+            os.environ["DATABASE_URL"] = fresh_postgres(url, "trainhub_bench_stack")
         self.redis = RedisServer(self.tmp)
         self.redis.start()
         self.env = {**os.environ, "TRAINHUB_VAR_DIR": str(self.tmp), "REDIS_URL": self.redis.url,

@@ -137,7 +137,7 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
                                 "wait_s": wait, "connected_before_first_line": in_time,
                                 "live_samples": len(lat), "latency_ms": ms, "uvicorn_rss_mib": [rss0 / 2**20, peak[0] / 2**20],
                                 "cpu_seconds": {"uvicorn": cpu_s, "clients": me},
-                                "latency_ms_sample": [round(x * 1000, 1) for x in lat[::max(1, len(lat) // 2000)]]})
+                                "latency_ms_sample": [round(x * 1000, 1) for x in lat[::max(1, len(lat) // 2000)]]}, database=stack.database)
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench import record  # noqa: E402
+from bench.log_common import fresh_postgres  # noqa: E402
 
 BENCH_DB = os.environ.get("TRAINHUB_BENCH_DB", "trainhub_bench_logsearch")
 INDEXES = importlib.import_module("trainhub.jobs.migrations.0005_log_and_name_search_indexes").INDEXES
@@ -45,15 +46,7 @@ def prepare_environment(reuse: bool) -> str:
     url = os.environ.get("DATABASE_URL", "")
     var_dir = Path(tempfile.gettempdir()) / f"trainhub-logsearch-{BENCH_DB}"
     if url.startswith("postgres"):
-        import psycopg
-
-        base, _, _ = url.rpartition("/")
-        with psycopg.connect(url, autocommit=True) as conn:
-            if not reuse:
-                conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB]).fetchone():
-                conn.execute(f"CREATE DATABASE {BENCH_DB}")
-        os.environ["DATABASE_URL"] = f"{base}/{BENCH_DB}"
+        os.environ["DATABASE_URL"] = fresh_postgres(url, BENCH_DB, reuse)
     elif not reuse and var_dir.exists():
         import shutil
 

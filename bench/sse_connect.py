@@ -7,7 +7,7 @@ restart, costs the one web process (bench/log_fanout.py measures the lines' fan-
     .venv/bin/python bench/sse_connect.py [--viewers 300] [--repeats 5]
 
 Each repeat opens VIEWERS new streams on the same server and job, then closes them. Clients: asyncio +
-httpx in this process; their CPU is not counted. The embedded default database (SQLite).
+httpx in this process; their CPU is not counted. SQLite, or PostgreSQL with DATABASE_URL (bench/log_common.py).
 """
 from __future__ import annotations
 
@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     with Stack() as stack:
+        database = stack.database
         cookies = stack.cookies()
         job = stack.submit("10", "10", "3600", name="connect")  # waits an hour before its first line
         from trainhub.jobs.models import Job
@@ -87,7 +88,8 @@ def main() -> None:
                   f"{runs[-1]['cpu_s']} s = {runs[-1]['cpu_ms_per_stream']} ms per stream", flush=True)
     median = statistics.median(r["cpu_ms_per_stream"] for r in runs)
     print(f"median of {len(runs)}: {median} ms of server CPU per stream opened")
-    record.write("sse_connect", {"viewers": args.viewers, "repeats": runs, "median_cpu_ms_per_stream": median})
+    record.write("sse_connect", {"viewers": args.viewers, "repeats": runs, "median_cpu_ms_per_stream": median},
+                 database=database)
 
 
 if __name__ == "__main__":
