@@ -180,10 +180,12 @@ def test_a_job_whose_message_arrives_while_the_database_is_down_runs_once_it_is_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("channel", ["", "page"], ids=["log-follower", "job-page"])
 def test_a_live_log_viewer_gets_every_line_and_the_end_after_the_web_servers_database_was_cut(
-        proxy, live_settings, transactional_db, user, user_client, cpu_pool, tmp_path):
+        channel, proxy, live_settings, transactional_db, user, user_client, cpu_pool, tmp_path):
     """The web server's connections to PostgreSQL are cut for a few seconds while a viewer follows a
-    running job. The viewer's stream stays open and the lines printed meanwhile reach it live from
+    running job: a follower of the log (the CLI, the API), or the job page's one live channel, whose
+    status and sections the server reads from the database once a second. The viewer's stream stays open and the lines printed meanwhile reach it live from
     Redis; a viewer opening the log during the cut is told the database is unreachable (503), not a
     500. After the cut the stream goes on by itself: every line once and in order, then the end event
     when the job finishes. (Before: the server's log threads kept their dead connections, every status
@@ -199,8 +201,8 @@ def test_a_live_log_viewer_gets_every_line_and_the_end_after_the_web_servers_dat
     ended: list[dict] = []
     with serving(live_settings, tmp_path / "uvicorn.log", DATABASE_URL=through(proxy)) as web:
         def follow():
-            with httpx.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream", cookies=session_cookie(user_client),
-                              timeout=httpx.Timeout(90, connect=10)) as response:
+            with httpx.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream", params={"channel": channel},
+                              cookies=session_cookie(user_client), timeout=httpx.Timeout(90, connect=10)) as response:
                 assert response.status_code == 200, response.read()
                 for event, _, data in sse_events(response):
                     if event == "end":
