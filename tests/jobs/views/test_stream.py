@@ -260,3 +260,64 @@ def test_a_hot_jobs_many_viewers_are_woken_together_with_every_line_and_little_d
         assert out["seqs"] == list(range(150))
         assert out["writes"] <= took / 0.25 + 3, (out["writes"], took)  # one per 0.25 s, not ~150
         assert max(out["late"]) < 1.0, max(out["late"])  # the window (0.25 s) and a loaded machine's slack
+
+
+def _database_connections(pid: int) -> int:
+    """Database connections the process holds open: TCP connections to PostgreSQL's port, or handles
+    on the SQLite file."""
+    import psutil
+    from django.db import connection
+
+    process, sd = psutil.Process(pid), connection.settings_dict
+    if connection.vendor == "sqlite":
+        return sum(1 for f in process.open_files() if f.path == str(sd["NAME"]))
+    port = int(sd["PORT"] or 5432)
+    return sum(1 for c in process.net_connections(kind="tcp") if c.raddr and c.raddr.port == port)
+
+
+def test_many_open_live_logs_share_a_few_database_connections(web, job, cookies):
+    """An open live log holds no database connection of its own: its reads run in the server's few
+    shared threads (trainhub/jobs/views/aiodb.py). Before, each stream kept the connection Django's
+    per-request thread had opened until the stream ended: on PostgreSQL, whose default is 100
+    connections, a web process failed the viewers after about the hundredth with 500s
+    (bench/sse_connect.py, 300 viewers: 203 refused)."""
+    import asyncio
+    import os
+
+    viewers = 40
+    shared_threads = min(32, (os.cpu_count() or 1) + 4)  # the event loop's default executor
+    emit(job, 0, 5)
+
+    async def follow(client, got: list, ready: asyncio.Event, opened: list) -> None:
+        async with client.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream") as response:
+            assert response.status_code == 200, await response.aread()
+            buf = b""
+            async for chunk in response.aiter_raw():
+                *events, buf = (buf + chunk).split(b"\n\n")
+                got += [int(e.split(b"\n")[0][4:]) for e in events if e.startswith(b"id: ")]
+                if len(got) == 5:
+                    opened.append(1)
+                    await ready.wait()
+                if any(e.startswith(b"event: end") for e in events):
+                    return
+
+    async def main() -> tuple[list[list[int]], int]:
+        got: list[list[int]] = [[] for _ in range(viewers)]
+        ready, opened = asyncio.Event(), []
+        limits = httpx.Limits(max_connections=viewers + 5)
+        async with httpx.AsyncClient(cookies=cookies, limits=limits, timeout=60) as client:
+            tasks = [asyncio.create_task(follow(client, got[i], ready, opened)) for i in range(viewers)]
+            while len(opened) < viewers:
+                if any(t.done() for t in tasks):
+                    await next(t for t in tasks if t.done())  # a viewer that failed: its error
+                await asyncio.sleep(0.05)
+            held = _database_connections(web.proc.pid)  # every stream open and past its first reads
+            ready.set()
+            await asyncio.to_thread(emit, job, 5, 5)
+            await asyncio.to_thread(finish, job)
+            await asyncio.gather(*tasks)
+        return got, held
+
+    got, held = asyncio.run(main())
+    assert all(seqs == list(range(10)) for seqs in got), [len(s) for s in got]
+    assert held <= shared_threads + 1, f"{viewers} open streams held {held} database connections"
