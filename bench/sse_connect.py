@@ -1,7 +1,7 @@
 """The server's CPU for opening one live log stream: VIEWERS clients open /jobs/ID/logs/stream of a
 running job that prints nothing yet, and the uvicorn process's CPU seconds from the first request until
 it is idle again (every stream set up: session, user, job, catch-up and first database read, the hub),
-divided by VIEWERS. That is what a page reload storm, or every viewer reconnecting after a server
+divided by VIEWERS (refused streams, counted by status, are in it too). That is what a page reload storm, or every viewer reconnecting after a server
 restart, costs the one web process (bench/log_fanout.py measures the lines' fan-out itself).
 
     .venv/bin/python bench/sse_connect.py [--viewers 300] [--repeats 5]
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import statistics
 import time
 
@@ -23,9 +24,11 @@ import record
 from log_common import Stack
 
 
-async def hold(client: httpx.AsyncClient, url: str, opened: list, release: asyncio.Event) -> None:
+async def hold(client: httpx.AsyncClient, url: str, opened: list, refused: list, release: asyncio.Event) -> None:
     async with client.stream("GET", url) as response:
-        response.raise_for_status()
+        if response.status_code != 200:  # counted: the server refused this viewer
+            refused.append(response.status_code)
+            return
         async for _chunk in response.aiter_raw():  # the first chunk: the stream is open
             opened.append(time.monotonic())
             break
@@ -46,11 +49,11 @@ def idle(web: psutil.Process, quiet: float = 0.05, span: float = 1.0, limit: flo
 
 async def repeat(url: str, cookies: dict, viewers: int, web: psutil.Process) -> dict:
     limits = httpx.Limits(max_connections=viewers + 10, max_keepalive_connections=viewers + 10)
-    release, opened = asyncio.Event(), []
+    release, opened, refused = asyncio.Event(), [], []
     async with httpx.AsyncClient(cookies=cookies, limits=limits, timeout=httpx.Timeout(600, connect=60)) as client:
         cpu0, t0 = sum(web.cpu_times()[:2]), time.monotonic()
-        tasks = [asyncio.create_task(hold(client, url, opened, release)) for _ in range(viewers)]
-        while len(opened) < viewers:
+        tasks = [asyncio.create_task(hold(client, url, opened, refused, release)) for _ in range(viewers)]
+        while len(opened) + len(refused) < viewers:
             if any(t.done() for t in tasks):
                 await next(t for t in tasks if t.done())  # a stream that failed: raise its error
             await asyncio.sleep(0.05)
@@ -59,7 +62,8 @@ async def repeat(url: str, cookies: dict, viewers: int, web: psutil.Process) -> 
         release.set()
         await asyncio.gather(*tasks)
     await asyncio.to_thread(idle, web)  # the closed streams are gone before the next repeat
-    return {"open_all_s": round(all_open, 2), "cpu_s": round(cpu, 3), "cpu_ms_per_stream": round(cpu / viewers * 1000, 2)}
+    return {"open_all_s": round(all_open, 2), "cpu_s": round(cpu, 3), "cpu_ms_per_stream": round(cpu / viewers * 1000, 2),
+            "opened": len(opened), "refused": dict(collections.Counter(refused))}
 
 
 def main() -> None:
@@ -84,7 +88,8 @@ def main() -> None:
         runs = []
         for i in range(args.repeats):
             runs.append(asyncio.run(repeat(url, cookies, args.viewers, web)))
-            print(f"repeat {i + 1}: {args.viewers} streams open in {runs[-1]['open_all_s']} s; uvicorn CPU "
+            print(f"repeat {i + 1}: {runs[-1]['opened']} of {args.viewers} streams open in {runs[-1]['open_all_s']} s "
+                  f"(refused: {runs[-1]['refused'] or 'none'}); uvicorn CPU "
                   f"{runs[-1]['cpu_s']} s = {runs[-1]['cpu_ms_per_stream']} ms per stream", flush=True)
     median = statistics.median(r["cpu_ms_per_stream"] for r in runs)
     print(f"median of {len(runs)}: {median} ms of server CPU per stream opened")
