@@ -294,8 +294,9 @@ class Follower:
                 start = await aiodb.call(catchup.catch_up_from, self.job_id, self.cursor)
                 self.opening = False
                 if start > self.cursor:
-                    yield catchup.skipped_frame(self.job_id, self.cursor + 1, start, self.rank, self.stream)
-                    self.cursor = start
+                    skipped = catchup.skipped_frame(self.job_id, self.cursor + 1, start, self.rank, self.stream)
+                    self.cursor = start  # before the yield: the cursor is what the client has been told
+                    yield skipped
             more = True
             while more:
                 batch, more = await self.backfill(strict=not final)
@@ -351,7 +352,10 @@ class Follower:
                     log.info("live log for job %s: a database read failed (%s); trying again", self.job_id, exc)
                     self.cursor = sent
                     await asyncio.sleep(1)
-                    final = False
+                    if time.monotonic() - last_write > KEEPALIVE_SECONDS:
+                        yield ": keepalive\n\n"
+                        last_write = time.monotonic()
+                    continue
                 if final:
                     # The final status is written after the last lines were stored: all are sent.
                     yield f"event: end\ndata: {json.dumps({'status': hub.status, 'last_seq': self.cursor})}\n\n"
