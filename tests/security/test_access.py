@@ -80,7 +80,10 @@ def test_anonymous_gets_a_login_redirect_from_the_admin(client, bobs_things):
         assert login_redirect(client.get(url)), url
 
 
-def test_a_user_gets_404_for_every_page_of_another_users_job(user_client, bobs_things):
+def test_a_user_gets_404_for_every_page_of_another_users_job(transactional_db, user_client, bobs_things):
+    """transactional_db: the live log stream reads the session, the user and the job in the server's
+    shared threads (trainhub/jobs/views/aiodb.py), on connections of their own, which see only committed
+    rows; in a test's open transaction it would find no session and answer 403 for a reason of its own."""
     from trainhub.jobs.models import Job
 
     for route in page_routes():
