@@ -46,3 +46,23 @@ def test_another_users_token_cannot_be_revoked_or_seen(user_client, django_user_
 def test_revoke_refuses_get(user_client, user):
     token, _ = ApiToken.issue(user)
     assert user_client.get(f"/tokens/{token.pk}/revoke").status_code == 405
+
+
+def test_a_tokens_last_use_is_kept_to_the_minute_without_a_write_per_request(user_client, user, client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from trainhub.api.models import LAST_USED_EVERY
+
+    token, raw = ApiToken.issue(user, "ci")
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+    assert client.get("/api/jobs", **auth).status_code == 200
+    first = ApiToken.objects.get(pk=token.pk).last_used_at
+    assert first is not None and timezone.now() - first < timedelta(seconds=10)
+    assert client.get("/api/jobs", **auth).status_code == 200
+    assert ApiToken.objects.get(pk=token.pk).last_used_at == first  # within the minute: not written again
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=first - LAST_USED_EVERY)
+    assert client.get("/api/jobs", **auth).status_code == 200
+    assert ApiToken.objects.get(pk=token.pk).last_used_at > first  # older than that: written
+    assert "ci" in user_client.get("/tokens/").content.decode()

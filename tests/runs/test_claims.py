@@ -146,3 +146,30 @@ def test_a_worker_shutting_down_does_not_use_up_the_jobs_retries(cpu_pool, user)
     assert (after.status, after.attempt) == ("queued", 3)  # its one retry, still there after the shutdown
     after = run_once(Outcome("failed", 1, "exited with code 1"))
     assert after.status == "failed" and after.error == "exited with code 1"  # the retry is used up now
+
+
+def test_a_claim_of_a_row_read_before_it_was_requeued_takes_nothing(cpu_pool, user):
+    """The claim takes the candidate row it read; if the job ran and went back to the queue in
+    between (a new attempt), the compare-and-set names the attempt and claims nothing."""
+    from trainhub.runs.lifecycle import job_claim
+
+    Worker.objects.create(hostname="w@test", pool=cpu_pool, threads=2)
+    job = job_submit(owner=user, data=TINY)
+    stale = Job.objects.get(pk=job.pk)  # read as a candidate: queued, attempt 1
+    Job.objects.filter(pk=job.pk).update(attempt=2)  # meanwhile another worker ran attempt 1, and it was retried
+    assert job_claim(job.pk, 1, hostname="w@test", job=stale) is None
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempt, row.worker_id) == ("queued", 2, None)
+    assert claim_next(job.pk, 2, hostname="w@test").job.pk == job.pk  # the new attempt's message still claims it
+
+
+def test_a_claim_on_a_cpu_worker_in_a_pool_without_caps_reads_little(cpu_pool, user, django_assert_max_num_queries):
+    """The claim is on the way from submit to running (docs/BENCHMARKS.md, "Submit latency"): with
+    one queued owner, no per-user caps and no GPUs it reads the job, the worker, its slots and the
+    owner's best job, then takes it in one transaction."""
+    Worker.objects.create(hostname="w@test", pool=cpu_pool, threads=2)
+    job = job_submit(owner=user, data=TINY)
+    with django_assert_max_num_queries(12):  # 6 reads; BEGIN, savepoint, UPDATE, INSERT, release, COMMIT
+        decision = claim_next(job.pk, 1, hostname="w@test")
+    assert decision.job.pk == job.pk and decision.job.status == "running"
+    assert decision.job.pool.name == cpu_pool.name

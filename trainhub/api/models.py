@@ -1,11 +1,14 @@
 import hashlib
 import secrets
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 PREFIX = "th_"
+#: how stale a token's "last used" may get: it is written at most once a minute, not on every request
+LAST_USED_EVERY = timedelta(minutes=1)
 
 
 def _digest(raw: str) -> str:
@@ -20,7 +23,7 @@ class ApiToken(models.Model):
     digest = models.CharField(max_length=64, unique=True)
     hint = models.CharField(max_length=12, help_text="first characters, to tell tokens apart")
     created_at = models.DateTimeField(default=timezone.now)
-    last_used_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)  # to the minute: LAST_USED_EVERY
     revoked_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="empty: until revoked")
 
@@ -45,5 +48,7 @@ class ApiToken(models.Model):
                  .filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now())).first())
         if token is None:
             return None
-        cls.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at >= LAST_USED_EVERY:  # not a write per request
+            cls.objects.filter(pk=token.pk).update(last_used_at=now)
         return token.user

@@ -170,12 +170,13 @@ class Job(models.Model):
         return min(1.0, self.step / self.total_steps)
 
     def transition(self, new: str, *, reason: str = "", actor=None, expect: str | None = None,
-                   **fields) -> bool:
+                   only_if: dict | None = None, **fields) -> bool:
         """Move from ``expect`` (default: the status this instance holds) to ``new``.
 
         A compare-and-set on the row: returns False, changing nothing, when the row is no
         longer in the expected status (someone else moved it first). Every successful
-        transition writes a ``JobEvent``. ``fields`` are updated in the same statement. A final
+        transition writes a ``JobEvent``. ``only_if`` adds conditions on the row to the compare (a claim
+        names the attempt it claims). ``fields`` are updated in the same statement. A final
         status sends ``signals.job_finishing`` inside the transaction and ``signals.job_finished``
         once it commits.
         """
@@ -189,7 +190,7 @@ class Job(models.Model):
             fields.setdefault("finished_at", now)
             fields.setdefault("lease_expires_at", None)
         with transaction.atomic():
-            won = Job.objects.filter(pk=self.pk, status=old).update(status=new, **fields)
+            won = Job.objects.filter(pk=self.pk, status=old, **(only_if or {})).update(status=new, **fields)
             if not won:
                 self.refresh_from_db()
                 return False

@@ -15,7 +15,7 @@ pool has; a pool with thousands of distinct queued owners would want a per-owner
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime, timezone
 
 from django.contrib.auth import get_user_model
@@ -29,18 +29,34 @@ RUNNING = (Status.RUNNING, Status.CANCELLING)
 PER_OWNER = 50  # an owner's queued jobs looked at per claim when their best ones do not fit
 _PAGE = 10
 _NEVER = datetime.min.replace(tzinfo=timezone.utc)  # an owner never served goes first among equals
-_FIELDS = ("id", "attempt", "spec", "mode", "owner_id", "priority", "lease_token")
 
 
-@dataclass
 class Usage:
-    """What each owner holds in the pool now, and the pool's claim-time caps."""
+    """What each owner holds in the pool now, and the pool's claim-time caps.
 
-    running: dict[int, int] = field(default_factory=dict)
-    gpus: dict[int, int] = field(default_factory=dict)
-    max_running: int = 0
-    max_gpus: int = 0
-    exempt: set[int] = field(default_factory=set)  # staff and superusers may exceed the caps
+    Each figure is read from the database the first time it is needed: a claim in a pool without
+    per-user caps and with one queued owner needs neither (a claim is on the submit -> running path)."""
+
+    def __init__(self, pool: WorkerPool):
+        self.pool_id = pool.pk
+        self.max_running, self.max_gpus = pool.max_running_per_user, pool.max_gpus_per_user
+        self.exempt: set[int] = set()  # staff and superusers may exceed the caps
+
+    @cached_property
+    def running(self) -> dict[int, int]:
+        rows = (Job.objects.filter(pool_id=self.pool_id, status__in=RUNNING).values("owner_id")
+                .annotate(n=Count("id")).values_list("owner_id", "n"))
+        return dict(rows)
+
+    @cached_property
+    def gpus(self) -> dict[int, int]:
+        rows = (GpuLease.objects.filter(worker__pool_id=self.pool_id).values("job__owner_id")
+                .annotate(n=Count("id")).values_list("job__owner_id", "n"))
+        return dict(rows)
+
+    @property
+    def caps(self) -> bool:
+        return bool(self.max_running or self.max_gpus)
 
     def capped(self, owner_id: int, gpus: int) -> str:
         """Why this owner's job may not start now ("" when it may)."""
@@ -54,16 +70,12 @@ class Usage:
 
 
 def owner_usage(pool: WorkerPool) -> Usage:
-    running = Job.objects.filter(pool=pool, status__in=RUNNING).values("owner_id").annotate(n=Count("id"))
-    held = GpuLease.objects.filter(worker__pool=pool).values("job__owner_id").annotate(n=Count("id"))
-    return Usage(running={r["owner_id"]: r["n"] for r in running},
-                 gpus={r["job__owner_id"]: r["n"] for r in held},
-                 max_running=pool.max_running_per_user, max_gpus=pool.max_gpus_per_user)
+    return Usage(pool)
 
 
 def best_per_owner(pool: WorkerPool) -> list[Job]:
     """Each queued owner's best job, one index seek per owner (owner ascending)."""
-    queued = Job.objects.filter(pool=pool, status=Status.QUEUED).only(*_FIELDS)
+    queued = Job.objects.filter(pool=pool, status=Status.QUEUED)  # whole rows: the claim takes one as it is
     best: list[Job] = []
     last = 0
     while (job := queued.filter(owner_id__gt=last).order_by("owner_id", *QUEUE_ORDER).first()) is not None:
@@ -85,7 +97,7 @@ def _after(job: Job) -> Iterator[Job]:
     while seen < PER_OWNER:
         behind = Q(priority__lt=job.priority) | Q(priority=job.priority, id__gt=job.pk)
         page = list(Job.objects.filter(behind, pool_id=job.pool_id, status=Status.QUEUED, owner_id=job.owner_id)
-                    .order_by(*QUEUE_ORDER).only(*_FIELDS)[:min(_PAGE, PER_OWNER - seen)])
+                    .order_by(*QUEUE_ORDER)[:min(_PAGE, PER_OWNER - seen)])
         yield from page
         if len(page) < _PAGE:
             return
@@ -96,11 +108,13 @@ def _after(job: Job) -> Iterator[Job]:
 def candidates(pool: WorkerPool, usage: Usage) -> Iterator[Job]:
     """Queued jobs in the fair order: every owner's best job first, then each owner's next ones."""
     best = best_per_owner(pool)
-    served = last_started(pool, [j.owner_id for j in best])
-    best.sort(key=lambda j: (usage.running.get(j.owner_id, 0), -j.priority, served.get(j.owner_id, _NEVER), j.pk))
-    staff = Q(is_staff=True) | Q(is_superuser=True)
-    usage.exempt = set(get_user_model().objects.filter(staff, pk__in=[j.owner_id for j in best])
-                       .values_list("pk", flat=True))
+    if len(best) > 1:  # one owner: nothing to order
+        served = last_started(pool, [j.owner_id for j in best])
+        best.sort(key=lambda j: (usage.running.get(j.owner_id, 0), -j.priority, served.get(j.owner_id, _NEVER), j.pk))
+    if usage.caps:  # without caps nobody needs exempting
+        staff = Q(is_staff=True) | Q(is_superuser=True)
+        usage.exempt = set(get_user_model().objects.filter(staff, pk__in=[j.owner_id for j in best])
+                           .values_list("pk", flat=True))
     yield from best
     for job in best:
         if not usage.capped(job.owner_id, 0):  # a running cap holds all of the owner's jobs

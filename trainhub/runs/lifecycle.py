@@ -75,21 +75,28 @@ def _lease_until():
     return timezone.now() + timedelta(seconds=settings.TRAINHUB_LEASE_SECONDS)
 
 
-def job_claim(job_id: int, attempt: int, *, hostname: str, task_id: str = "", gpus=()) -> Job | None:
+def job_claim(job_id: int, attempt: int, *, hostname: str, task_id: str = "", gpus=(), job: Job | None = None,
+              worker: Worker | None = None) -> Job | None:
     """Compare-and-set ``queued -> running`` for this attempt, taking the GPU indices ``gpus``
-    of this worker in the same transaction; None if someone else has the job or a GPU."""
-    job = Job.objects.select_related("pool").filter(pk=job_id).first()
+    of this worker in the same transaction; None if someone else has the job or a GPU.
+
+    ``job`` and ``worker``: rows the caller has just read (the claim's candidates), so the claim
+    reads nothing again; the compare-and-set names the attempt either way."""
+    if job is None:
+        job = Job.objects.select_related("pool").filter(pk=job_id).first()
     if job is None or job.status != Status.QUEUED or job.attempt != attempt:
         return None
-    worker = Worker.objects.filter(hostname=hostname).first()
+    if worker is None:
+        worker = Worker.objects.filter(hostname=hostname).first()
     if gpus and worker is None:
         return None
     token = job.lease_token + 1
     reason = f"claimed by {hostname}" + (f" with GPU(s) {','.join(map(str, gpus))}" if gpus else "")
     try:
         with transaction.atomic():
-            won = job.transition(Status.RUNNING, reason=reason, lease_token=token, lease_expires_at=_lease_until(),
-                                 worker=worker, celery_task_id=task_id or job.celery_task_id, exit_code=None, error="")
+            won = job.transition(Status.RUNNING, reason=reason, only_if={"attempt": attempt}, lease_token=token,
+                                 lease_expires_at=_lease_until(), worker=worker,
+                                 celery_task_id=task_id or job.celery_task_id, exit_code=None, error="")
             if won and gpus:  # the unique (worker, index) constraint: two jobs never hold one GPU
                 GpuLease.objects.bulk_create([GpuLease(worker=worker, index=i, job_id=job.pk, lease_token=token)
                                               for i in gpus])

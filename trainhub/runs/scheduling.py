@@ -51,6 +51,8 @@ def needs(job: Job) -> tuple[int, int]:
 
 
 def free_gpus(worker: Worker) -> list[int]:
+    if not worker.usable_gpus:  # a CPU worker: nothing to read
+        return []
     held = set(GpuLease.objects.filter(worker=worker).values_list("index", flat=True))
     return [i for i in range(worker.usable_gpus) if i not in held]
 
@@ -62,8 +64,16 @@ def slots_of(worker: Worker) -> int:
 
 def slots_used(worker: Worker) -> int:
     """Single-node jobs running here plus this worker's places in gangs (waiting or running)."""
-    single = Job.objects.filter(worker=worker, status__in=RUNNING).exclude(gang_members__isnull=False).count()
-    return single + GangMember.objects.filter(worker=worker, done=False).count()
+    return _single_running(worker) + len(_gang_places(worker))
+
+
+def _single_running(worker: Worker) -> int:
+    return Job.objects.filter(worker=worker, status__in=RUNNING).exclude(gang_members__isnull=False).count()
+
+
+def _gang_places(worker: Worker) -> list[int]:
+    """The jobs in whose gangs this worker holds a place (waiting or running), one per place."""
+    return list(GangMember.objects.filter(worker=worker, done=False).values_list("job_id", flat=True))
 
 
 def gang_join(job: Job, worker: Worker, gpus: list[int], nodes: int) -> GangMember | None:
@@ -98,19 +108,21 @@ def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") 
         return Decision(wait=f"pool {pool.name} is {pool.state}")
     with _claim_lock:
         slots = slots_of(worker)
-        running = slots_used(worker)
+        places = _gang_places(worker)
+        running = _single_running(worker) + len(places)
         if running >= slots:
             return Decision(wait=f"all {slots} slot(s) of {hostname} are busy")
         if site_pools:
             return _join_site(hint_id, worker)
-        return _claim_fitting(pool, worker, hostname, task_id, slots - running)
+        return _claim_fitting(pool, worker, hostname, task_id, slots - running, set(places))
 
 
-def _claim_fitting(pool: WorkerPool, worker: Worker, hostname: str, task_id: str, free_slots: int) -> Decision:
-    """The first job in the fair order that fits this worker's free GPUs and its owner's caps."""
+def _claim_fitting(pool: WorkerPool, worker: Worker, hostname: str, task_id: str, free_slots: int,
+                   joined: set[int]) -> Decision:
+    """The first job in the fair order that fits this worker's free GPUs and its owner's caps
+    (``joined``: jobs in whose gangs this worker already holds a place)."""
     free = free_gpus(worker)
     usage = owner_usage(pool)
-    joined = set(GangMember.objects.filter(worker=worker, done=False).values_list("job_id", flat=True))
     capped: set[str] = set()
     for job in candidates(pool, usage):
         nodes, gpus = needs(job)
@@ -130,7 +142,9 @@ def _claim_fitting(pool: WorkerPool, worker: Worker, hostname: str, task_id: str
                 return Decision(job=job, gpus=free[:gpus], member=member)
             free = free_gpus(worker)
             continue
-        claimed = job_claim(job.pk, job.attempt, hostname=hostname, task_id=task_id, gpus=free[:gpus])
+        job.pool = pool  # the row was read with the pool's jobs; the executor reads its settings
+        claimed = job_claim(job.pk, job.attempt, hostname=hostname, task_id=task_id, gpus=free[:gpus], job=job,
+                            worker=worker)
         if claimed is not None:
             return Decision(job=claimed, gpus=free[:gpus])
         free = free_gpus(worker)
