@@ -45,6 +45,8 @@ def main() -> None:
     django.setup()
     from django.contrib.auth import get_user_model
 
+    from django.db import connection
+
     from trainhub.jobs.models import Job, JobEvent, LogLine
     from trainhub.pools.models import WorkerPool
 
@@ -86,7 +88,8 @@ def main() -> None:
         # the request's own part (HTTP, authentication, validation, the row) and the queue's (broker, claim)
         "median_to_queued_ms": statistics.median(s["to_queued_s"] for s in samples) * 1000,
         "median_queued_to_running_ms": statistics.median(s["to_running_s"] - s["to_queued_s"] for s in samples) * 1000,
-        "median_to_first_line_ms": statistics.median(to_first_line) * 1000, "import_torch_ms": import_torch * 1000})
+        "median_to_first_line_ms": statistics.median(to_first_line) * 1000, "import_torch_ms": import_torch * 1000},
+        database=connection.vendor)
     print("| jobs | submit → running (median) | of it: request → queued / queued → running | submit → first runner log line (median) | bare `import torch` |")
     print("| --- | --- | --- | --- | --- |")
     print(f"| {args.jobs} | {statistics.median(to_running) * 1000:.0f} ms | "

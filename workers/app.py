@@ -19,4 +19,8 @@ app.conf.update(
     task_serializer="json",
     accept_content=["json"],
     worker_hijack_root_logger=False,
+    # Celery's Django fixup closes every connection before and after each task unless this is set;
+    # the worker closes old and broken ones itself (workers.tasks: Django's close_old_connections,
+    # which honours CONN_MAX_AGE and CONN_HEALTH_CHECKS), so a task's thread keeps its connection.
+    CELERY_DB_REUSE_MAX=2**31,
 )

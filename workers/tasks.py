@@ -11,7 +11,10 @@ import django
 
 django.setup()
 
-from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down  # noqa: E402
+from django.db import close_old_connections  # noqa: E402
+
+from celery.signals import (  # noqa: E402
+    task_postrun, task_prerun, worker_init, worker_ready, worker_shutdown, worker_shutting_down)
 
 from trainhub.runs.lifecycle import DB_ERRORS, Outcome, drop_connection, job_finish, job_release_gpus  # noqa: E402
 from trainhub.jobs import retention  # noqa: E402
@@ -209,6 +212,17 @@ def _close_to_jobs(**_):
     if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         log.warning("could not mark the worker non-dumpable (errno %s): jobs of this user may read its environment",
                     ctypes.get_errno())
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _close_old_connections(**_):
+    """As Django does at a request's start and end: drop this thread's connection if it broke or
+    outlived CONN_MAX_AGE (0 unless ``runworker`` set it), and check it before its next use."""
+    try:
+        close_old_connections()
+    except DB_ERRORS:  # a broken connection may fail to close: it is dropped either way
+        drop_connection()
 
 
 @worker_ready.connect

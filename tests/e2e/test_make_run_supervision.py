@@ -109,7 +109,7 @@ def test_make_run_restarts_a_killed_worker_and_redis_while_the_dashboard_keeps_s
         api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=10)
         created = api.post("/api/jobs", json={  # max_restarts 0 (the form's default): a lost worker is no failure
             "name": "survivor", "max_restarts": 0, "data": {"dataset": "synthetic", "samples": 20000},
-            "train": {"epochs": 4}, "checkpoint": {"every_steps": 50}})
+            "train": {"epochs": 30}, "checkpoint": {"every_steps": 50}})  # ~8 s: the kill lands mid-training
         assert created.status_code == 201, created.text
         job_id = created.json()["id"]
         wait_for(lambda: api.get(f"/api/jobs/{job_id}").json()["step"] >= 60, timeout=180,

@@ -44,7 +44,7 @@ def test_a_worker_that_wakes_after_its_job_was_recovered_changes_nothing(start_w
     first = start_worker("cpu", name="frozen@test", extra_env=FAST_LEASES)
     job = job_submit(owner=user, data={
         "name": "fenced", "max_restarts": 1, "data": {"dataset": "synthetic", "samples": 20000},
-        "train": {"epochs": 3}, "checkpoint": {"every_steps": 20, "keep_last": 100}})
+        "train": {"epochs": 30}, "checkpoint": {"every_steps": 20, "keep_last": 100}})  # ~8 s of training
     wait_for(lambda: Job.objects.get(pk=job.pk).step >= 40, timeout=120, message="checkpoints to be written")
 
     frozen = frozen_tree(first.proc.pid, job.pk)

@@ -12,13 +12,16 @@ from trainhub.jobs.services import job_submit
 
 pytestmark = pytest.mark.slow
 FAST_LEASES = {"TRAINHUB_LEASE_SECONDS": "5", "TRAINHUB_HEARTBEAT_SECONDS": "1", "TRAINHUB_GUARD_GRACE_SECONDS": "1"}
+# ~7,500 steps at ~1 ms each: the fault must land mid-training. At 4 epochs the training itself took
+# ~1 s, and the job's step (stored about once a second) could go from below 60 straight to the end.
+EPOCHS = 30
 
 
 def test_a_killed_worker_leaves_no_process_and_its_job_resumes_on_another(start_worker, cpu_pool, user):
     first = start_worker("cpu", name="first@test", extra_env=FAST_LEASES)
     job = job_submit(owner=user, data={  # no retries: losing the machine is not the job's failure
         "name": "survivor", "max_restarts": 0, "data": {"dataset": "synthetic", "samples": 20000},
-        "train": {"epochs": 4}, "checkpoint": {"every_steps": 50}})
+        "train": {"epochs": EPOCHS}, "checkpoint": {"every_steps": 50}})
     wait_for(lambda: Job.objects.get(pk=job.pk).step >= 60, timeout=120, message="a checkpoint to be written")
 
     os.kill(first.proc.pid, signal.SIGKILL)
@@ -39,7 +42,7 @@ def test_a_worker_shut_down_gracefully_puts_its_job_back_and_another_worker_resu
     first = start_worker("cpu", name="leaving@test", extra_env=FAST_LEASES)
     job = job_submit(owner=user, data={
         "name": "handed-over", "data": {"dataset": "synthetic", "samples": 20000},
-        "train": {"epochs": 4}, "checkpoint": {"every_steps": 50}})
+        "train": {"epochs": EPOCHS}, "checkpoint": {"every_steps": 50}})
     wait_for(lambda: Job.objects.get(pk=job.pk).step >= 60, timeout=120, message="a checkpoint to be written")
 
     first.stop(signal.SIGTERM)  # what Ctrl-C on `make run` or a service manager's stop sends

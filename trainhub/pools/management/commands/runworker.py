@@ -8,6 +8,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from trainhub.pools.models import WorkerPool
 
+#: seconds a worker thread keeps its database connection between tasks (checked before reuse)
+WORKER_CONN_MAX_AGE = 600
+
 
 class Command(BaseCommand):
     help = "Run a TrainHub worker for a pool: python manage.py runworker --pool cpu"
@@ -30,8 +33,8 @@ class Command(BaseCommand):
             raise CommandError("--slots must be at least 1 (or 0 for the default)")
         slots = slots or max(found.slots_per_worker, 4)
         node = name or f"{found.name}@{socket.gethostname()}"
-        env = {**os.environ, "TRAINHUB_POOL": found.name, "TRAINHUB_WORKER_THREADS": str(slots),
-               "REDIS_URL": settings.REDIS_URL}
+        env = {"TRAINHUB_DB_CONN_MAX_AGE": str(WORKER_CONN_MAX_AGE), **os.environ, "TRAINHUB_POOL": found.name,
+               "TRAINHUB_WORKER_THREADS": str(slots), "REDIS_URL": settings.REDIS_URL}
         argv = [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", found.queue, "-n", node,
                 "--pool", "threads", "-c", str(slots), "--loglevel", loglevel, "--without-gossip",
                 "--without-mingle"]

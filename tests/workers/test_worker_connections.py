@@ -1,0 +1,43 @@
+"""A worker keeps its threads' database connections from one job to the next (checked before each
+reuse), its notification pollers too: a new PostgreSQL connection is a backend process with cold caches, ~7 ms on the way from
+submit to running (docs/BENCHMARKS.md, "Submit latency")."""
+import time
+
+import pytest
+from django.db import connection
+
+from tests.conftest import wait_for
+from trainhub.jobs.models import Job
+from trainhub.jobs.services import job_submit
+
+pytestmark = pytest.mark.skipif(connection.vendor != "postgresql",
+                                reason="counts PostgreSQL's sessions (pg_stat_database); SQLite has no server")
+TINY = {"data": {"dataset": "iris"}, "model": {"name": "logreg"}, "train": {"epochs": 1}}
+
+
+def _sessions() -> int:
+    """Sessions ever opened to the test database, as PostgreSQL's statistics count them (reported within ~1 s)."""
+    time.sleep(1.5)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        return cursor.fetchone()[0]
+
+
+def run(user, name: str) -> None:
+    job = job_submit(owner=user, data={**TINY, "name": name})
+    done = wait_for(lambda: Job.objects.filter(pk=job.pk, status__in=["succeeded", "failed"]).first(), timeout=120,
+                    message=f"job {name} to end")
+    assert done.status == "succeeded", done.error
+
+
+def test_a_worker_runs_job_after_job_without_opening_a_connection_for_each(start_worker, cpu_pool, user):
+    start_worker("cpu")
+    run(user, "warm-up")  # the worker's threads open their connections
+    before = _sessions()
+    for i in range(5):
+        run(user, f"job-{i}")
+    opened = _sessions() - before
+    # before: 15 (the claiming thread reconnected at every task's start and end, the notification
+    # pollers every 5 s); 0 expected now, 2 allowed (a connection past its age, a broken one replaced)
+    assert opened <= 2, f"{opened} new database sessions while the worker ran 5 jobs"
