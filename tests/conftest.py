@@ -161,6 +161,17 @@ def wait_for(predicate, timeout: float = 60, interval: float = 0.2, message: str
     raise AssertionError(f"timed out after {timeout}s waiting for {message}")
 
 
+def wait_for_checkpoints(runs_dir, job_id: int, count: int = 1, timeout: float = 120) -> None:
+    """Until ``count`` checkpoints of job ``job_id`` are on disk under ``runs_dir``, looked for every
+    20 ms. A fault aimed at a training job lands while it still trains: its stored step lags by
+    about a second, which is longer than the whole training of these tests' small jobs."""
+    from pathlib import Path
+
+    checkpoints = Path(runs_dir) / f"job-{job_id}" / "checkpoints"
+    wait_for(lambda: len(list(checkpoints.glob("step-*"))) >= count, timeout=timeout, interval=0.02,
+             message=f"{count} checkpoint(s) of job {job_id} to be written")
+
+
 def processes_naming(mark: str) -> list:
     """The processes whose command line contains ``mark`` (a run directory of this test's), zombies too."""
     import psutil

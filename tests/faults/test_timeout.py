@@ -1,6 +1,9 @@
 """A job that runs past timeout_minutes is stopped, whole process tree included, and fails saying so."""
+from pathlib import Path
+
 import psutil
 import pytest
+from django.conf import settings
 
 from tests.conftest import wait_for
 from trainhub.jobs.models import Job
@@ -24,5 +27,7 @@ def test_a_job_past_its_timeout_is_killed_and_fails_with_the_reason(start_worker
                    timeout=150, message="the timeout to stop the job")
     assert job.status == "failed" and job.error == "timed out after 1 min"
     assert 60 <= (job.finished_at - job.started_at).total_seconds() < 90
-    marks = (f"job-{job_id}", str(tmp_path / "busy.py"))  # torchrun's log dir, the ranks' script
+    # this test's run directory (torchrun's log dir, the sandbox's binds) and the ranks' script: whole paths, as
+    # "job-N" alone also names other tests' jobs (their own databases count from 1) running beside this one
+    marks = (str(Path(settings.TRAINHUB_RUNS_DIR) / f"job-{job_id}"), str(tmp_path / "busy.py"))
     assert not [p for p in psutil.process_iter(["cmdline"]) if any(m in " ".join(p.info["cmdline"] or []) for m in marks)]

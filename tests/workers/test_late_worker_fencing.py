@@ -7,7 +7,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import job_processes, wait_for
+from tests.conftest import job_processes, wait_for, wait_for_checkpoints
 from trainhub.jobs.models import Job, JobEvent, LogLine, Metric
 from trainhub.jobs.services import job_submit
 
@@ -44,8 +44,8 @@ def test_a_worker_that_wakes_after_its_job_was_recovered_changes_nothing(start_w
     first = start_worker("cpu", name="frozen@test", extra_env=FAST_LEASES)
     job = job_submit(owner=user, data={
         "name": "fenced", "max_restarts": 1, "data": {"dataset": "synthetic", "samples": 20000},
-        "train": {"epochs": 30}, "checkpoint": {"every_steps": 20, "keep_last": 100}})  # ~8 s of training
-    wait_for(lambda: Job.objects.get(pk=job.pk).step >= 40, timeout=120, message="checkpoints to be written")
+        "train": {"epochs": 3}, "checkpoint": {"every_steps": 20, "keep_last": 100}})
+    wait_for_checkpoints(live_settings.TRAINHUB_RUNS_DIR, job.pk, count=2)
 
     frozen = frozen_tree(first.proc.pid, job.pk)
     assert len(frozen) >= 3, "the worker, the job's guard and its runner"

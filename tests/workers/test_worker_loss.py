@@ -5,7 +5,9 @@ import signal
 
 import pytest
 
-from tests.conftest import job_processes, wait_for
+from django.conf import settings
+
+from tests.conftest import job_processes, wait_for, wait_for_checkpoints
 from trainhub.jobs.logs import read_lines
 from trainhub.jobs.models import Job, JobEvent
 from trainhub.jobs.services import job_submit
@@ -21,8 +23,8 @@ def test_a_killed_worker_leaves_no_process_and_its_job_resumes_on_another(start_
     first = start_worker("cpu", name="first@test", extra_env=FAST_LEASES)
     job = job_submit(owner=user, data={  # no retries: losing the machine is not the job's failure
         "name": "survivor", "max_restarts": 0, "data": {"dataset": "synthetic", "samples": 20000},
-        "train": {"epochs": EPOCHS}, "checkpoint": {"every_steps": 50}})
-    wait_for(lambda: Job.objects.get(pk=job.pk).step >= 60, timeout=120, message="a checkpoint to be written")
+        "train": {"epochs": 4}, "checkpoint": {"every_steps": 50}})
+    wait_for_checkpoints(settings.TRAINHUB_RUNS_DIR, job.pk)  # the training has ~1 s left
 
     os.kill(first.proc.pid, signal.SIGKILL)
     wait_for(lambda: not job_processes(job.pk), timeout=15, message="the job's processes to die with their worker")
@@ -42,8 +44,8 @@ def test_a_worker_shut_down_gracefully_puts_its_job_back_and_another_worker_resu
     first = start_worker("cpu", name="leaving@test", extra_env=FAST_LEASES)
     job = job_submit(owner=user, data={
         "name": "handed-over", "data": {"dataset": "synthetic", "samples": 20000},
-        "train": {"epochs": EPOCHS}, "checkpoint": {"every_steps": 50}})
-    wait_for(lambda: Job.objects.get(pk=job.pk).step >= 60, timeout=120, message="a checkpoint to be written")
+        "train": {"epochs": 4}, "checkpoint": {"every_steps": 50}})
+    wait_for_checkpoints(settings.TRAINHUB_RUNS_DIR, job.pk)  # the training has ~1 s left
 
     first.stop(signal.SIGTERM)  # what Ctrl-C on `make run` or a service manager's stop sends
     assert first.proc.returncode is not None
