@@ -16,7 +16,7 @@ import logging
 import threading
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections, connection
+from django.db import InterfaceError, OperationalError, connection
 
 from trainhub.notify import outbox
 from trainhub.notify.models import NotificationDelivery as Delivery
@@ -95,9 +95,7 @@ class DeliveryPool:
                     log.exception("notification delivery (%s) failed; looking again in %.0f s", channel, poll)
                     wait = poll
                 try:
-                    # idle: the thread keeps no connection where the process keeps none (the web), and
-                    # keeps its checked one where it does (a worker: CONN_MAX_AGE, settings.py)
-                    close_old_connections()
+                    connection.close()  # an idle thread holds no database connection
                 except DB_ERRORS:  # a broken connection may fail to close; it is dropped either way
                     pass
                 wake.wait(max(wait, 0.02))
