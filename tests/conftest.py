@@ -167,7 +167,9 @@ def wait_for_checkpoints(runs_dir, job_id: int, count: int = 1, timeout: float =
     about a second, which is longer than the whole training of these tests' small jobs."""
     from pathlib import Path
 
-    checkpoints = Path(runs_dir) / f"job-{job_id}" / "checkpoints"
+    from trainhub.jobs.rundir import run_dir_name
+
+    checkpoints = Path(runs_dir) / run_dir_name(job_id) / "checkpoints"
     wait_for(lambda: len(list(checkpoints.glob("step-*"))) >= count, timeout=timeout, interval=0.02,
              message=f"{count} checkpoint(s) of job {job_id} to be written")
 

@@ -1,12 +1,10 @@
 """A job that runs past timeout_minutes is stopped, whole process tree included, and fails saying so."""
-from pathlib import Path
-
 import psutil
 import pytest
-from django.conf import settings
 
 from tests.conftest import wait_for
 from trainhub.jobs.models import Job
+from trainhub.jobs.rundir import run_dir
 from trainhub.pools.models import Workspace
 
 pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
@@ -29,5 +27,5 @@ def test_a_job_past_its_timeout_is_killed_and_fails_with_the_reason(start_worker
     assert 60 <= (job.finished_at - job.started_at).total_seconds() < 90
     # this test's run directory (torchrun's log dir, the sandbox's binds) and the ranks' script: whole paths, as
     # "job-N" alone also names other tests' jobs (their own databases count from 1) running beside this one
-    marks = (str(Path(settings.TRAINHUB_RUNS_DIR) / f"job-{job_id}"), str(tmp_path / "busy.py"))
+    marks = (str(run_dir(job_id)), str(tmp_path / "busy.py"))
     assert not [p for p in psutil.process_iter(["cmdline"]) if any(m in " ".join(p.info["cmdline"] or []) for m in marks)]
