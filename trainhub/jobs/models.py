@@ -223,7 +223,9 @@ class JobEvent(models.Model):
 class LogLine(models.Model):
     """One line of one rank's output. ``seq`` is gap-free per job and unique."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    # no index of its own: ``logline_job_seq`` (job, seq) serves every lookup by job, and a second index
+    # cost each stored line another B-tree insert
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+", db_index=False)
     seq = models.PositiveBigIntegerField()
     rank = models.SmallIntegerField(default=0)
     stream = models.CharField(max_length=1, default="o", help_text="o = stdout, e = stderr, s = system")
