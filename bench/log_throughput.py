@@ -30,6 +30,12 @@ def worker_cpu(stack: Stack) -> float:
     return sum(sum(p.cpu_times()[:2]) for p in procs)
 
 
+def web_cpu(stack: Stack) -> float:
+    import psutil
+
+    return sum(sum(psutil.Process(p.pid).cpu_times()[:2]) for p in stack.procs if "uvicorn" in " ".join(p.args))
+
+
 def sse_viewer(url: str, cookies: dict, result) -> None:
     """Follow one job's live log until its end event; put counts and stdout arrival times on ``result``.
     Events are read with byte searches (the viewer shares the machine's cores with what it measures)."""
@@ -44,7 +50,7 @@ def sse_viewer(url: str, cookies: dict, result) -> None:
                 for frame in frames:
                     if frame.startswith(b"event: end"):
                         result.put({"events": events, "stdout": stdout, "in_order": seqs_in_order,
-                                    "first": first, "last": last})
+                                    "first": first, "last": last, "viewer_cpu_s": time.process_time()})
                         return
                     if not frame.startswith(b"id: "):
                         continue
@@ -72,7 +78,7 @@ def main() -> None:
         from trainhub.jobs.models import Job, LogLine
 
         time.sleep(3)  # let the worker finish starting
-        cpu0 = worker_cpu(stack)
+        cpu0, web0 = worker_cpu(stack), web_cpu(stack) if args.sse else 0.0
         # with a viewer, the job waits 3 s before printing: the viewer is connected before line 0
         job = stack.submit(str(args.lines), "0", *(["3"] if args.sse else []), name="log-throughput")
         if args.sse:
@@ -101,8 +107,10 @@ def main() -> None:
             live = result.get(timeout=600)
             viewer.join(30)
             live["lines_per_s"] = live["stdout"] / (live["last"] - live["first"]) if live["stdout"] > 1 else None
+            live["web_cpu_s"] = web_cpu(stack) - web0  # uvicorn, from before the job to its end event
             print(f"live SSE viewer: {live['stdout']:,} stdout lines of {live['events']:,} events, seqs in order: "
-                  f"{live['in_order']}; {live['lines_per_s'] or float('nan'):,.0f} lines/s arriving")
+                  f"{live['in_order']}; {live['lines_per_s'] or float('nan'):,.0f} lines/s arriving; "
+                  f"CPU: web server {live['web_cpu_s']:.1f} s, viewer {live.get('viewer_cpu_s', 0):.1f} s")
         out = LogLine.objects.filter(job_id=job.pk, stream="o")
         agg = out.aggregate(n=Count("id"), lo=Min("seq"), hi=Max("seq"))
         numbers = {int(t.split(" ", 1)[0]) for t in out.values_list("text", flat=True).iterator(chunk_size=20000)}

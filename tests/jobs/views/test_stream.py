@@ -165,6 +165,17 @@ def test_hostile_lines_arrive_escaped(web, job, cookies):
     assert "<div hx-get" not in events[1]["html"] and "&lt;div hx-get=" in events[1]["html"]
 
 
+def test_any_text_arrives_as_printed_with_its_rank_and_stream(web, job, cookies):
+    texts = ['quotes " and \\ backslash', "tab\tand\x07bell", "Größe ☃ 😀 \u2028 line separator", "", "{\"a\": 1}"]
+    logs.append_lines(job.pk, [logs.Line(seq, seq % 3, "oes"[seq % 3], text) for seq, text in enumerate(texts)])
+    finish(job)
+    with httpx.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream", cookies=cookies, timeout=20) as response:
+        events = [data for event, _, data in sse_events(response) if event == "message"]
+    assert [(e["seq"], e["rank"], e["stream"], e["text"]) for e in events] == \
+        [(seq, seq % 3, "oes"[seq % 3], text) for seq, text in enumerate(texts)]
+    assert all(f'data-seq="{e["seq"]}"' in e["html"] for e in events)
+
+
 def test_the_stream_refuses_anonymous_users_and_other_peoples_jobs(web, job, django_user_model, client):
     assert httpx.get(f"{web.url}/jobs/{job.pk}/logs/stream", timeout=10).status_code == 403
     django_user_model.objects.create_user("mallory", password="x" * 12)
