@@ -87,6 +87,16 @@ def split(items: list, parts: int) -> list[list]:
     return [items[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(parts)]
 
 
+def stored_latency(job_ids: list[int]) -> dict:
+    """Print → stored, per stdout line of these jobs (the row's ``at`` against the time the line carries):
+    the worker's part of the latency; p50, p95 and max in ms."""
+    from trainhub.jobs.models import LogLine
+
+    rows = LogLine.objects.filter(job_id__in=job_ids, stream="o").values_list("at", "text").iterator(chunk_size=20000)
+    lat = [at.timestamp() - float(text.split(" ", 1)[1]) for at, text in rows]
+    return {q: round(percentile(lat, q) * 1000, 1) if lat else None for q in (50, 95, 100)}
+
+
 async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: float, wait: float,
               processes: int = 1, jobs: int = 1) -> None:
     main = psutil.Process([p for p in stack.procs if "uvicorn" in " ".join(p.args)][0].pid)
@@ -95,6 +105,9 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     cpu = lambda: sum(sum(p.cpu_times()[:2]) for p in web)  # noqa: E731
     rss0 = rss()
     cpu0, me0 = cpu(), sum(psutil.Process().cpu_times()[:2])
+    root = psutil.Process([p for p in stack.procs if "runworker" in " ".join(p.args)][0].pid)
+    worker = [root, *[p for p in root.children(recursive=True) if "celery" in " ".join(p.cmdline())]]
+    worker0 = sum(sum(p.cpu_times()[:2]) for p in worker)
     count = int(rate * seconds)
     from asgiref.sync import sync_to_async
 
@@ -121,6 +134,8 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     sampler.cancel()
     lat = out["lat"]
     cpu_s = cpu() - cpu0
+    stored = await sync_to_async(stored_latency)([job.pk for job in submitted])
+    worker_cpu = sum(sum(p.cpu_times()[:2]) for p in worker) - worker0
     me = sum(psutil.Process().cpu_times()[:2]) - me0
     complete = all(out["ok"]) and min(out["counts"]) >= count
     # connected before its job's line 0 was printed
@@ -129,14 +144,16 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     ms = {q: round(percentile(lat, q) * 1000, 1) if lat else None for q in (50, 95, 100)}
     print(f"{viewers} viewers of {jobs} job(s), {count} lines each at {rate:g} lines/s: all complete and in order: {complete}; "
           f"{in_time}/{viewers} connected before the first line, {len(lat)} live samples; latency p50 {ms[50]} ms, p95 {ms[95]} ms, max {ms[100]} ms; uvicorn RSS "
-          f"{rss0 / 2**20:.0f} MiB idle, {peak[0] / 2**20:.0f} MiB peak; CPU seconds: uvicorn {cpu_s:.1f}, these clients {me:.1f}")
+          f"{rss0 / 2**20:.0f} MiB idle, {peak[0] / 2**20:.0f} MiB peak; CPU seconds: uvicorn {cpu_s:.1f}, these clients {me:.1f}, "
+          f"the worker {worker_cpu:.1f}; print → stored p50 {stored[50]} ms, p95 {stored[95]} ms")
     record.write("log_fanout", {"viewers": viewers, "jobs": jobs, "rate": rate, "web_workers": stack.web_workers,
                                 "client_processes": processes,
                                 "coalesce": {k: os.environ.get(k) for k in ("TRAINHUB_SSE_COALESCE_VIEWERS",
                                                                             "TRAINHUB_SSE_COALESCE_MS")}, "lines": count, "complete_and_in_order": complete,
                                 "wait_s": wait, "connected_before_first_line": in_time,
                                 "live_samples": len(lat), "latency_ms": ms, "uvicorn_rss_mib": [rss0 / 2**20, peak[0] / 2**20],
-                                "cpu_seconds": {"uvicorn": cpu_s, "clients": me},
+                                "cpu_seconds": {"uvicorn": cpu_s, "clients": me, "worker": worker_cpu},
+                                "print_to_stored_ms": stored,
                                 "latency_ms_sample": [round(x * 1000, 1) for x in lat[::max(1, len(lat) // 2000)]]}, database=stack.database)
 
 

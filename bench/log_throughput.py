@@ -128,7 +128,7 @@ def main() -> None:
         record.write("log_throughput", {"lines": args.lines, "stored": agg["n"], "exact": exact,
                                         "lines_per_s_polling": rate, "lines_per_s_rows": agg["n"] / span if span else None,
                                         "worker_cpu_s": cpu, "retention": os.environ["TRAINHUB_LOG_RETENTION"],
-                                        "database": stack.database, "sse": live})
+                                        "database": stack.database, "sse": live}, database=stack.database)
         assert exact, "lines lost or duplicated"
         if live is not None:
             assert live["stdout"] == args.lines and live["in_order"] and not live.get("error"), \

@@ -1,10 +1,15 @@
 """Storing a job's log: a batch stored again (a retry after an outage whose commit did land, a worker
 fenced off mid-batch) keeps every line once and the first text of each. On PostgreSQL the batch goes in
-with COPY, which refuses a duplicate; the store then skips the lines already there. Run on SQLite by
-default and with DATABASE_URL on PostgreSQL."""
+with COPY, which refuses a duplicate; the store then skips the lines already there. Batches of several
+jobs that arrive while one is being stored (threads of one worker) go in together, and one that cannot be
+stored fails alone. Run on SQLite by default and with DATABASE_URL on PostgreSQL."""
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
+from django.db import IntegrityError, connection
 
 from trainhub.jobs import logs
 from trainhub.jobs.models import Job, LogLine
@@ -35,3 +40,96 @@ def test_a_batch_after_a_gap_is_stored_whole(job):
     logs.append_lines(job.pk, [(seq, 0, "o", f"line {seq}") for seq in range(3, 2003)])
     assert LogLine.objects.filter(job=job).count() == 2003
     assert logs.tail_lines(job.pk, 1)[0].text == "line 2002"
+
+
+class Writers:
+    """Threads each storing one batch through ``logs.append_lines``, as a worker's jobs do; the first
+    one's store is held inside its transaction until ``release`` so that the others arrive meanwhile."""
+
+    def __init__(self, monkeypatch):
+        self.groups: list[list[int]] = []  # the job ids of each transaction
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.errors: dict[int, BaseException] = {}
+        self.threads: list[threading.Thread] = []
+        real = logs._insert
+
+        def insert(group, rows, *, copy):  # the real insert, seen and (the first time) held
+            self.groups.append([b.job_id for b in group])
+            if len(self.groups) == 1:
+                self.held.set()
+                assert self.release.wait(30)
+            return real(group, rows, copy=copy)
+
+        monkeypatch.setattr(logs, "_insert", insert)
+
+    def store(self, job_id: int, seqs: range) -> None:
+        def run():
+            try:
+                logs.append_lines(job_id, [(seq, 0, "o", f"job {job_id} line {seq}") for seq in seqs])
+            except Exception as exc:  # noqa: BLE001 — what the job's writer would have seen
+                self.errors[job_id] = exc
+            finally:
+                connection.close()
+
+        self.threads.append(threading.Thread(target=run))
+        self.threads[-1].start()
+
+    def wait_queued(self, count: int) -> None:
+        deadline = time.monotonic() + 30
+        while len(logs._GROUP.waiting) < count:
+            assert time.monotonic() < deadline, "the batches did not queue behind the one being stored"
+            time.sleep(0.01)
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(30)
+            assert not thread.is_alive()
+
+
+@pytest.fixture
+def jobs(transactional_db, user, cpu_pool, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    logs.redis_client.cache_clear()
+    yield [Job.objects.create(owner=user, name=f"store {i}", mode="centralized", pool=cpu_pool, status="running",
+                              spec={}) for i in range(4)]
+    logs.redis_client.cache_clear()
+
+
+def test_batches_that_arrive_while_another_is_stored_go_in_together(jobs, monkeypatch):
+    writers = Writers(monkeypatch)
+    writers.store(jobs[0].pk, range(0, 10))
+    assert writers.held.wait(30)
+    for job in jobs[1:]:
+        writers.store(job.pk, range(0, 100))
+    writers.wait_queued(3)
+    writers.release.set()
+    writers.join()
+
+    assert not writers.errors
+    assert writers.groups == [[jobs[0].pk], [job.pk for job in jobs[1:]]]  # three jobs, one transaction
+    for job, count in zip(jobs, (10, 100, 100, 100)):
+        assert list(LogLine.objects.filter(job=job).order_by("seq").values_list("seq", flat=True)) == list(range(count))
+        job.refresh_from_db()
+        assert job.log_lines == count
+
+
+def test_a_batch_that_cannot_be_stored_fails_alone_and_the_others_with_it_are_stored(jobs, monkeypatch):
+    writers = Writers(monkeypatch)
+    writers.store(jobs[0].pk, range(0, 10))
+    assert writers.held.wait(30)
+    gone = Job.objects.create(owner=jobs[0].owner, name="deleted while printing", mode="centralized",
+                              pool=jobs[0].pool, status="running", spec={})
+    Job.objects.filter(pk=gone.pk).delete()
+    writers.store(jobs[1].pk, range(0, 50))
+    writers.store(gone.pk, range(0, 50))
+    writers.store(jobs[2].pk, range(0, 50))
+    writers.wait_queued(3)
+    writers.release.set()
+    writers.join()
+
+    assert set(writers.errors) == {gone.pk}
+    assert isinstance(writers.errors[gone.pk], IntegrityError)
+    assert LogLine.objects.filter(job=jobs[1]).count() == 50
+    assert LogLine.objects.filter(job=jobs[2]).count() == 50
+    assert not LogLine.objects.filter(job_id=gone.pk).exists()

@@ -1,0 +1,155 @@
+"""How fast the database alone takes a job's log lines, without TrainHub around it: the floor under
+``bench/log_throughput.py``'s lines/s on this machine.
+
+One client, one job's lines (``"<i> step <i> loss <x> lr 0.001 …"``, ~60 characters), 20,000 per
+transaction, as the executor's writer sends them. The tables have the columns and indexes of
+``jobs_logline`` (a row id, the unique ``(job_id, seq)``):
+
+- SQLite (a file of its own, WAL, ``synchronous=NORMAL`` as ``trainhub/settings.py`` sets):
+  ``executemany`` alone, then with the FTS5 trigram index of migration jobs/0006 caught up per batch.
+- PostgreSQL (when DATABASE_URL names a server; a fresh database ``trainhub_bench_floor``):
+  ``executemany`` and ``COPY``, each without and with the pg_trgm GIN index of migration jobs/0005, and
+  ``COPY`` of the lines plus one row per 500 lines holding their text under that index (a search index
+  by chunk, not built in TrainHub: what it would cost).
+
+Writes its raw result under bench/results/. Not a test.
+
+    .venv/bin/python bench/log_store_floor.py [--lines 200000]
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/test .venv/bin/python bench/log_store_floor.py
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import tempfile
+import time
+from datetime import datetime, timezone
+
+import record
+from log_common import fresh_postgres
+
+BATCH = 20_000
+CHUNK = 500
+
+
+def lines(count: int) -> list[tuple]:
+    now = datetime.now(timezone.utc)
+    return [(1, i, 0, "o", f"{i} step {i} loss {1 / (i + 1):.6f} lr 0.001 the quick brown fox", now)
+            for i in range(count)]
+
+
+def timed(run, rows: list[tuple]) -> dict:
+    wall, cpu = time.perf_counter(), time.process_time()
+    run(rows)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"lines_per_s": len(rows) / wall, "seconds": wall, "client_cpu_s": cpu}
+
+
+def sqlite_variants(rows: list[tuple]) -> dict:
+    out = {}
+    for fts in (False, True):
+        with tempfile.TemporaryDirectory() as tmp:
+            db = sqlite3.connect(os.path.join(tmp, "floor.sqlite3"), isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("CREATE TABLE l (id INTEGER PRIMARY KEY AUTOINCREMENT, job_id BIGINT NOT NULL, "
+                       "seq BIGINT NOT NULL, rank SMALLINT NOT NULL, stream VARCHAR(1) NOT NULL, text TEXT NOT NULL, "
+                       "at DATETIME NOT NULL, UNIQUE (job_id, seq))")
+            if fts:
+                db.execute("CREATE VIRTUAL TABLE f USING fts5(text, content='l', content_rowid='id', "
+                           "tokenize='trigram', detail=none, columnsize=0)")
+
+            def run(rows, db=db, fts=fts):
+                done = 0
+                for start in range(0, len(rows), BATCH):
+                    db.execute("BEGIN IMMEDIATE")
+                    db.executemany("INSERT INTO l (job_id, seq, rank, stream, text, at) VALUES (?, ?, ?, ?, ?, ?) "
+                                   "ON CONFLICT (job_id, seq) DO NOTHING",
+                                   [(*r[:5], r[5].isoformat()) for r in rows[start:start + BATCH]])
+                    if fts:
+                        last = db.execute("SELECT max(id) FROM l").fetchone()[0]
+                        db.execute("INSERT INTO f(rowid, text) SELECT id, text FROM l WHERE id > ? AND id <= ?",
+                                   (done, last))
+                        done = last
+                    db.execute("COMMIT")
+
+            out["executemany + FTS5 trigram" if fts else "executemany"] = timed(run, rows)
+            db.close()
+    return out
+
+
+def postgres_variants(url: str, rows: list[tuple]) -> dict:
+    import psycopg
+
+    url = fresh_postgres(url, "trainhub_bench_floor")
+    out = {}
+    columns = "job_id, seq, rank, stream, text, at"
+    trigram = "CREATE INDEX l_trgm ON l USING gin (job_id, (upper(text)) gin_trgm_ops)"
+    with psycopg.connect(url) as db:
+        db.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+        db.execute("CREATE EXTENSION IF NOT EXISTS btree_gin")
+        db.commit()
+
+        def executemany(rows):
+            with db.cursor() as cursor:
+                for start in range(0, len(rows), BATCH):
+                    cursor.executemany(f"INSERT INTO l ({columns}) VALUES (%s, %s, %s, %s, %s, %s) "
+                                       "ON CONFLICT (job_id, seq) DO NOTHING", rows[start:start + BATCH])
+                    db.commit()
+
+        def copy(rows, chunks=False):
+            with db.cursor() as cursor:
+                for start in range(0, len(rows), BATCH):
+                    batch = rows[start:start + BATCH]
+                    with cursor.copy(f"COPY l ({columns}) FROM STDIN") as sink:
+                        for row in batch:
+                            sink.write_row(row)
+                    if chunks:
+                        with cursor.copy("COPY c (job_id, first_seq, text) FROM STDIN") as sink:
+                            for at in range(0, len(batch), CHUNK):
+                                part = batch[at:at + CHUNK]
+                                sink.write_row((1, part[0][1], "\n".join(r[4] for r in part)))
+                    db.commit()
+
+        variants = [("executemany", executemany, False), ("copy", copy, False),
+                    ("executemany + pg_trgm GIN", executemany, True), ("copy + pg_trgm GIN", copy, True),
+                    (f"copy + pg_trgm GIN on one row per {CHUNK} lines", lambda rows: copy(rows, chunks=True), False)]
+        for name, run, indexed in variants:
+            db.execute("DROP TABLE IF EXISTS l")
+            db.execute("DROP TABLE IF EXISTS c")
+            db.execute("CREATE TABLE l (id BIGSERIAL PRIMARY KEY, job_id BIGINT NOT NULL, seq BIGINT NOT NULL, "
+                       "rank SMALLINT NOT NULL, stream VARCHAR(1) NOT NULL, text TEXT NOT NULL, "
+                       "at TIMESTAMPTZ NOT NULL, UNIQUE (job_id, seq))")
+            db.execute("CREATE TABLE c (id BIGSERIAL PRIMARY KEY, job_id BIGINT NOT NULL, first_seq BIGINT NOT NULL, "
+                       "text TEXT NOT NULL)")
+            if indexed:
+                db.execute(trigram)
+            if "chunk" in name or "row per" in name:
+                db.execute("CREATE INDEX c_trgm ON c USING gin (job_id, (upper(text)) gin_trgm_ops)")
+            db.commit()
+            out[name] = timed(run, rows)
+        db.execute("DROP TABLE IF EXISTS l")
+        db.execute("DROP TABLE IF EXISTS c")
+        db.commit()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lines", type=int, default=200_000)
+    args = parser.parse_args()
+    rows = lines(args.lines)
+    url = os.environ.get("DATABASE_URL", "")
+    if url.startswith("postgres"):
+        database, result = "postgresql", postgres_variants(url, rows)
+    else:
+        database, result = "sqlite", sqlite_variants(rows)
+    for name, figures in result.items():
+        print(f"{database} {name}: {figures['lines_per_s']:,.0f} lines/s "
+              f"(client CPU {figures['client_cpu_s'] / len(rows) * 1e6:.1f} µs a line)")
+    record.write("log_store_floor", {"lines": args.lines, "batch": BATCH, "variants": result}, database=database)
+
+
+if __name__ == "__main__":
+    main()
