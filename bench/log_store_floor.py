@@ -1,8 +1,10 @@
 """How fast the database alone takes a job's log lines, without TrainHub around it: the floor under
 ``bench/log_throughput.py``'s lines/s on this machine.
 
-One client, one job's lines (``"<i> step <i> loss <x> lr 0.001 …"``, ~60 characters), 20,000 per
-transaction, as the executor's writer sends them. The tables have the columns and indexes of
+One client, one job's lines, 20,000 per transaction, as the executor's writer sends them: by default
+the lines ``bench/log_printer.py`` prints in ``log_throughput.py`` (``"<i> <time>"``, ~24 characters), with
+``--long`` a training log's (``"<i> step <i> loss <x> lr 0.001 …"``, ~60 characters; the trigram
+indexes' cost grows with the text). The tables have the columns and indexes of
 ``jobs_logline`` (a row id, the unique ``(job_id, seq)``):
 
 - SQLite (a file of its own, WAL, ``synchronous=NORMAL`` as ``trainhub/settings.py`` sets):
@@ -14,7 +16,7 @@ transaction, as the executor's writer sends them. The tables have the columns an
 
 Writes its raw result under bench/results/. Not a test.
 
-    .venv/bin/python bench/log_store_floor.py [--lines 200000]
+    .venv/bin/python bench/log_store_floor.py [--lines 200000] [--long]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/test .venv/bin/python bench/log_store_floor.py
 """
 from __future__ import annotations
@@ -33,10 +35,12 @@ BATCH = 20_000
 CHUNK = 500
 
 
-def lines(count: int) -> list[tuple]:
+def lines(count: int, long: bool) -> list[tuple]:
     now = datetime.now(timezone.utc)
-    return [(1, i, 0, "o", f"{i} step {i} loss {1 / (i + 1):.6f} lr 0.001 the quick brown fox", now)
-            for i in range(count)]
+    if long:
+        return [(1, i, 0, "o", f"{i} step {i} loss {1 / (i + 1):.6f} lr 0.001 the quick brown fox", now)
+                for i in range(count)]
+    return [(1, i, 0, "o", f"{i} {now.timestamp() + i * 1e-5:.6f}", now) for i in range(count)]
 
 
 def timed(run, rows: list[tuple]) -> dict:
@@ -138,8 +142,9 @@ def postgres_variants(url: str, rows: list[tuple]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--lines", type=int, default=200_000)
+    parser.add_argument("--long", action="store_true", help="~60-character lines instead of ~24")
     args = parser.parse_args()
-    rows = lines(args.lines)
+    rows = lines(args.lines, args.long)
     url = os.environ.get("DATABASE_URL", "")
     if url.startswith("postgres"):
         database, result = "postgresql", postgres_variants(url, rows)
@@ -148,7 +153,8 @@ def main() -> None:
     for name, figures in result.items():
         print(f"{database} {name}: {figures['lines_per_s']:,.0f} lines/s "
               f"(client CPU {figures['client_cpu_s'] / len(rows) * 1e6:.1f} µs a line)")
-    record.write("log_store_floor", {"lines": args.lines, "batch": BATCH, "variants": result}, database=database)
+    record.write("log_store_floor", {"lines": args.lines, "batch": BATCH, "long_lines": args.long,
+                                     "variants": result}, database=database)
 
 
 if __name__ == "__main__":
