@@ -38,6 +38,7 @@ def test_a_worker_runs_job_after_job_without_opening_a_connection_for_each(start
     for i in range(5):
         run(user, f"job-{i}")
     opened = _sessions() - before
-    # before: 15, with the notification pollers' reconnects every 5 s (the claiming thread reconnected at
-    # every task's start and end); 0 expected now, 2 allowed (a connection past its age, a broken one replaced)
-    assert opened <= 2, f"{opened} new database sessions while the worker ran 5 jobs"
+    # before: 15 (the claiming thread reconnected at every task's start and end: three a job). Fewer than one
+    # a job now: the notification delivery threads still connect when a finished job wakes them and close when
+    # idle (0369dfb), so under load a few sessions open beside the jobs (4 seen in a loaded clean-clone run)
+    assert opened < 5, f"{opened} new database sessions while the worker ran 5 jobs"

@@ -33,7 +33,8 @@ class Command(BaseCommand):
             raise CommandError("--slots must be at least 1 (or 0 for the default)")
         slots = slots or max(found.slots_per_worker, 4)
         node = name or f"{found.name}@{socket.gethostname()}"
-        env = {"TRAINHUB_DB_CONN_MAX_AGE": str(WORKER_CONN_MAX_AGE), **os.environ, "TRAINHUB_POOL": found.name,
+        env = {"TRAINHUB_DB_CONN_MAX_AGE": str(WORKER_CONN_MAX_AGE),
+               "TRAINHUB_DB_IDLE_TX_SECONDS": str(settings.TRAINHUB_LEASE_SECONDS), **os.environ, "TRAINHUB_POOL": found.name,
                "TRAINHUB_WORKER_THREADS": str(slots), "REDIS_URL": settings.REDIS_URL}
         argv = [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", found.queue, "-n", node,
                 "--pool", "threads", "-c", str(slots), "--loglevel", loglevel, "--without-gossip",
