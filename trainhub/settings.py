@@ -84,13 +84,14 @@ try:
                                                   conn_health_checks=True)}
 except Exception as exc:  # dj_database_url raises several types for a bad URL
     raise ImproperlyConfigured(f"DATABASE_URL={DATABASE_URL!r} is not a database URL: {exc}") from None
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and envint("TRAINHUB_DB_IDLE_TX_SECONDS", 0):
+DB_IDLE_TX_SECONDS = envint("TRAINHUB_DB_IDLE_TX_SECONDS", 0)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_IDLE_TX_SECONDS:
     # A worker frozen inside a transaction (a paused VM, SIGSTOP) must not hold its row and index locks past
     # its lease: the worker taking the job over would wait on them. PostgreSQL ends such a session after this
     # long (`manage.py runworker` sets it to the lease); the frozen worker meets a closed connection when it
     # wakes and takes the outage path, and its late lines are refused by seq.
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
-        f"-c idle_in_transaction_session_timeout={envint('TRAINHUB_DB_IDLE_TX_SECONDS', 0) * 1000}")
+        f"-c idle_in_transaction_session_timeout={DB_IDLE_TX_SECONDS * 1000}")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL and a busy timeout let the web server and workers share one SQLite file.
     DATABASES["default"]["OPTIONS"] = {

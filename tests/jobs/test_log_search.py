@@ -58,11 +58,8 @@ QUERIES = [
 
 
 @pytest.fixture
-def job(user, cpu_pool, settings):
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # publishing is best effort; the database is what counts here
-    logs.redis_client.cache_clear()
-    yield Job.objects.create(owner=user, name="search", mode="centralized", pool=cpu_pool, status="running", spec={})
-    logs.redis_client.cache_clear()
+def job(running_job):
+    return running_job
 
 
 @pytest.fixture

@@ -16,11 +16,8 @@ from trainhub.jobs.models import Job, LogLine
 
 
 @pytest.fixture
-def job(user, cpu_pool, settings):
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # publishing is best effort; the database is what counts here
-    logs.redis_client.cache_clear()
-    yield Job.objects.create(owner=user, name="store", mode="centralized", pool=cpu_pool, status="running", spec={})
-    logs.redis_client.cache_clear()
+def job(running_job):
+    return running_job
 
 
 def test_a_batch_stored_again_keeps_every_line_once(job):
@@ -54,12 +51,12 @@ class Writers:
         self.threads: list[threading.Thread] = []
         real = logs._insert
 
-        def insert(group, rows, *, copy):  # the real insert, seen and (the first time) held
-            self.groups.append([b.job_id for b in group])
+        def insert(rows, counts, *, copy):  # the real insert, seen and (the first time) held
+            self.groups.append([job_id for _, job_id in counts])
             if len(self.groups) == 1:
                 self.held.set()
                 assert self.release.wait(30)
-            return real(group, rows, copy=copy)
+            return real(rows, counts, copy=copy)
 
         monkeypatch.setattr(logs, "_insert", insert)
 
@@ -88,12 +85,9 @@ class Writers:
 
 
 @pytest.fixture
-def jobs(transactional_db, user, cpu_pool, settings):
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    logs.redis_client.cache_clear()
-    yield [Job.objects.create(owner=user, name=f"store {i}", mode="centralized", pool=cpu_pool, status="running",
-                              spec={}) for i in range(4)]
-    logs.redis_client.cache_clear()
+def jobs(transactional_db, redis_unreachable, user, cpu_pool):
+    return [Job.objects.create(owner=user, name=f"store {i}", mode="centralized", pool=cpu_pool, status="running",
+                               spec={}) for i in range(4)]
 
 
 def test_batches_that_arrive_while_another_is_stored_go_in_together(jobs, monkeypatch):

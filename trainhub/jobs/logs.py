@@ -140,21 +140,20 @@ _COLUMNS = ("job_id", "seq", "rank", "stream", "text", "at")
 def _store(group: list[_Batch]) -> None:
     now = connection.ops.adapt_datetimefield_value(timezone.now())  # once, not per row
     rows = [(b.job_id, seq, rank, stream, text, now) for b in group for seq, rank, stream, text in b.lines]
+    counts = [(b.lines[-1][0] + 1, b.job_id) for b in group]  # a job's lines come one batch at a time
     if connection.vendor == "postgresql":
         try:
-            _insert(group, rows, copy=True)
+            _insert(rows, counts, copy=True)
         except IntegrityError:  # a seq already stored: the idempotent statement below skips it
-            _insert(group, rows, copy=False)
+            _insert(rows, counts, copy=False)
     else:
-        _insert(group, rows, copy=False)
+        _insert(rows, counts, copy=False)
 
 
-def _insert(group: list[_Batch], rows: list[tuple], *, copy: bool) -> None:
+def _insert(rows: list[tuple], counts: list[tuple[int, int]], *, copy: bool) -> None:
+    """The rows and each job's line count ``(count, job_id)``, in one transaction."""
     q = connection.ops.quote_name
     table, columns = q(LogLine._meta.db_table), ", ".join(q(c) for c in _COLUMNS)
-    counts: dict[int, int] = {}
-    for batch in group:
-        counts[batch.job_id] = max(counts.get(batch.job_id, 0), batch.lines[-1][0] + 1)
     with transaction.atomic():
         with connection.cursor() as cursor:
             if copy:  # psycopg's own call: its errors become Django's (IntegrityError, OperationalError) here
@@ -169,7 +168,7 @@ def _insert(group: list[_Batch], rows: list[tuple], *, copy: bool) -> None:
             # each job's line count; a plain statement, not the ORM's (1–2 ms of query building each)
             cursor.executemany(f"UPDATE {q(Job._meta.db_table)} SET {q('log_lines')} = %s "
                                f"WHERE {q('id')} = %s AND {q('log_lines')} < %s",
-                               [(n, job_id, n) for job_id, n in counts.items()])
+                               [(n, job_id, n) for n, job_id in counts])
 
 
 def _publish(group: list[_Batch]) -> None:
