@@ -31,8 +31,12 @@ def check(run_dir: str | Path) -> None:
     mine = attempt()
     if mine is None:
         return
-    try:
-        owner = int((Path(run_dir) / FENCE_FILE).read_text(encoding="ascii").strip())
+    try:  # os-level: it runs before every events write, and a Python file object costs ~4x the syscalls
+        fd = os.open(os.path.join(run_dir, FENCE_FILE), os.O_RDONLY)
+        try:
+            owner = int(os.read(fd, 64))
+        finally:
+            os.close(fd)
     except (OSError, ValueError):
         return
     if owner > mine:
