@@ -7,7 +7,9 @@ figure is then the fan-out's, not the connection storm's; the raw file says how 
 
 Every client checks it got every line once, in order (by its ``id:``); reported: print -> arrival latency
 p50/p95 over all clients and lines, and the uvicorn process's resident memory before and
-while serving them (psutil). Clients are asyncio + httpx in this process.
+while serving them (psutil). CPU is sampled every 0.5 s (the machine's busy time, uvicorn, the worker, the
+jobs' processes, the clients): the raw file has the timeline and the cores each part used while every
+job was printing, which says whether the machine itself was the limit. Clients are asyncio + httpx in this process.
 
     .venv/bin/python bench/log_fanout.py [--viewers 200] [--jobs 1] [--rate 100] [--seconds 10] [--wait auto] [--client-processes 1] [--web-workers 1]
 
@@ -87,6 +89,17 @@ def split(items: list, parts: int) -> list[list]:
     return [items[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(parts)]
 
 
+def printing_cores(timeline: list[dict], start: float, end: float) -> dict | None:
+    """Cores each part used between ``start`` and ``end`` (the seconds in which every job was printing),
+    from the 0.5 s samples: CPU seconds over wall seconds, the machine's busy time included."""
+    inside = [s for s in timeline if start <= s["t"] <= end]
+    if len(inside) < 2:
+        return None
+    first, last = inside[0], inside[-1]
+    wall = last["t"] - first["t"]
+    return {"seconds": round(wall, 1), **{k: round((last[k] - first[k]) / wall, 2) for k in first if k != "t"}}
+
+
 def stored_latency(job_ids: list[int]) -> dict:
     """Print → stored, per stdout line of these jobs (the row's ``at`` against the time the line carries):
     the worker's part of the latency; p50, p95 and max in ms."""
@@ -114,10 +127,29 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     submitted = [await sync_to_async(stack.submit)(str(count), str(rate), str(wait), name=f"fanout-{i}")
                  for i in range(jobs)]
     peak = [rss0]
+    me_proc = psutil.Process()
+    redis = [psutil.Process(stack.redis.proc.pid)]
+    timeline: list[dict] = []  # every 0.5 s: cumulative CPU seconds of the machine and of each part
+
+    def tree_cpu(procs) -> float:
+        total = 0.0
+        for p in procs:
+            try:
+                total += sum(p.cpu_times()[:2])
+            except psutil.Error:  # a job's process that has just exited
+                pass
+        return total
 
     async def sample():
         while True:
             peak[0] = max(peak[0], rss())
+            busy = psutil.cpu_times()
+            jobs_tree = [c for c in root.children(recursive=True) if c not in worker]
+            stack_tree = {p.pid for p in [*web, root, *root.children(recursive=True), *redis]}
+            bench = [me_proc, *(c for c in me_proc.children(recursive=True) if c.pid not in stack_tree)]
+            timeline.append({"t": time.time(), "machine_busy": sum(busy) - busy.idle - getattr(busy, "iowait", 0.0),
+                             "uvicorn": tree_cpu(web), "worker": tree_cpu(worker), "jobs": tree_cpu(jobs_tree),
+                             "redis": tree_cpu(redis), "clients_and_bench": tree_cpu(bench)})
             await asyncio.sleep(0.5)
 
     sampler = asyncio.create_task(sample())
@@ -142,10 +174,13 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     in_time = sum(1 for c, f in zip(out["connected"], out["first"]) if f is not None and c <= f)
     # no live sample: every line was printed before the viewers were connected (raise --seconds)
     ms = {q: round(percentile(lat, q) * 1000, 1) if lat else None for q in (50, 95, 100)}
+    firsts = [f for f in out["first"] if f is not None]
+    phase = printing_cores(timeline, max(firsts), min(firsts) + seconds) if firsts else None
     print(f"{viewers} viewers of {jobs} job(s), {count} lines each at {rate:g} lines/s: all complete and in order: {complete}; "
           f"{in_time}/{viewers} connected before the first line, {len(lat)} live samples; latency p50 {ms[50]} ms, p95 {ms[95]} ms, max {ms[100]} ms; uvicorn RSS "
           f"{rss0 / 2**20:.0f} MiB idle, {peak[0] / 2**20:.0f} MiB peak; CPU seconds: uvicorn {cpu_s:.1f}, these clients {me:.1f}, "
           f"the worker {worker_cpu:.1f}; print → stored p50 {stored[50]} ms, p95 {stored[95]} ms")
+    print(f"while every job printed, cores in use (of {psutil.cpu_count()}): {phase}")
     record.write("log_fanout", {"viewers": viewers, "jobs": jobs, "rate": rate, "web_workers": stack.web_workers,
                                 "client_processes": processes,
                                 "coalesce": {k: os.environ.get(k) for k in ("TRAINHUB_SSE_COALESCE_VIEWERS",
@@ -154,6 +189,7 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
                                 "live_samples": len(lat), "latency_ms": ms, "uvicorn_rss_mib": [rss0 / 2**20, peak[0] / 2**20],
                                 "cpu_seconds": {"uvicorn": cpu_s, "clients": me, "worker": worker_cpu},
                                 "print_to_stored_ms": stored,
+                                "cores_while_printing": phase, "cpu_timeline": timeline,
                                 "latency_ms_sample": [round(x * 1000, 1) for x in lat[::max(1, len(lat) // 2000)]]}, database=stack.database)
 
 
