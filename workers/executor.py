@@ -30,7 +30,14 @@ from workers.runner.config import JobSpec, dump_yaml
 
 log = logging.getLogger(__name__)
 EVENTS_SECONDS = 1.0  # how often metrics and progress are read from events.jsonl
+#: a running job's output is stored every BATCH_SECONDS, or less often while this worker process supervises so
+#: many jobs that their ticks together would pass TICKS_PER_SECOND (then every jobs / TICKS_PER_SECOND seconds:
+#: 200 ms for 100 jobs). Each tick of each job is a wake-up, a poll and, when it printed, a database write and a
+#: Redis entry: 100 jobs at 20 ticks a second took ~0.25 of a core in the worker alone (bench/log_fanout.py
+#: --jobs 100; docs/BENCHMARKS.md, "Live logs").
 BATCH_SECONDS = 0.05
+TICKS_PER_SECOND = 500
+_SUPERVISING: set = set()  # executions in ``supervise`` in this process (a set's add and discard hold the GIL)
 READERS_SECONDS = 5.0  # after the processes exit, how long their last output may take to arrive
 DISK_FULL_MARKERS = ("no space left on device", "errno 28", "file too large", "errno 27", "disk quota exceeded")
 #: set when the worker is shutting down: running jobs stop and go back to the queue
@@ -189,31 +196,37 @@ class Execution:
         return None
 
     def supervise(self) -> Stop | None:
-        """Until the processes exit: store their output every ``BATCH_SECONDS``, read events,
-        renew the lease, and stop them when a limit is reached. The stop reason, if any."""
+        """Until the processes exit: store their output every ``BATCH_SECONDS`` (less often beside many
+        other jobs: ``TICKS_PER_SECOND``), read events, renew the lease, and stop them when a limit is
+        reached. The stop reason, if any."""
         assert self.handle is not None
         started = time.monotonic()
         self.log.activity = self.renewed = started
         renew_every = max(1.0, settings.TRAINHUB_LEASE_SECONDS / 3)
         next_renew, next_events = started + renew_every, started + EVENTS_SECONDS
         flushed = started
-        while self.handle.poll() is None:
-            time.sleep(max(0.0, BATCH_SECONDS - (time.monotonic() - flushed)))  # a flush every 50 ms, not 50 ms + flush
-            flushed = time.monotonic()
-            self.flush_lines()
-            now = time.monotonic()
-            if now >= next_events:  # charts and progress follow within about a second
-                next_events = now + EVENTS_SECONDS
-                self.pump_events()
-            stop = None
-            if now >= next_renew:
-                next_renew = now + (renew_every if self.outage.down_since is None else min(renew_every, 1.0))
-                stop = self.renew(now)
-            stop = stop or self._limit_reached(now, started)
-            if stop:
-                self.kill(stop[1])
-                return stop
-        return None
+        _SUPERVISING.add(self)
+        try:
+            while self.handle.poll() is None:
+                every = max(BATCH_SECONDS, len(_SUPERVISING) / TICKS_PER_SECOND)
+                time.sleep(max(0.0, every - (time.monotonic() - flushed)))  # a flush every 50 ms, not 50 ms + flush
+                flushed = time.monotonic()
+                self.flush_lines()
+                now = time.monotonic()
+                if now >= next_events:  # charts and progress follow within about a second
+                    next_events = now + EVENTS_SECONDS
+                    self.pump_events()
+                stop = None
+                if now >= next_renew:
+                    next_renew = now + (renew_every if self.outage.down_since is None else min(renew_every, 1.0))
+                    stop = self.renew(now)
+                stop = stop or self._limit_reached(now, started)
+                if stop:
+                    self.kill(stop[1])
+                    return stop
+            return None
+        finally:
+            _SUPERVISING.discard(self)
 
     def collect(self) -> int:
         """After the exit: kill what is left, take the last output and events; the exit code."""
