@@ -89,6 +89,17 @@ def split(items: list, parts: int) -> list[list]:
     return [items[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(parts)]
 
 
+def tree_cpu(procs) -> float:
+    """User + system CPU seconds of these processes (one that has just exited counts nothing)."""
+    total = 0.0
+    for p in procs:
+        try:
+            total += sum(p.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total
+
+
 def printing_cores(timeline: list[dict], start: float, end: float) -> dict | None:
     """Cores each part used between ``start`` and ``end`` (the seconds in which every job was printing),
     from the 0.5 s samples: CPU seconds over wall seconds, the machine's busy time included."""
@@ -115,12 +126,12 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     main = psutil.Process([p for p in stack.procs if "uvicorn" in " ".join(p.args)][0].pid)
     web = [main, *main.children(recursive=True)]  # with --workers: the supervisor and its server processes
     rss = lambda: sum(p.memory_info().rss for p in web)  # noqa: E731
-    cpu = lambda: sum(sum(p.cpu_times()[:2]) for p in web)  # noqa: E731
+    cpu = lambda: tree_cpu(web)  # noqa: E731
     rss0 = rss()
     cpu0, me0 = cpu(), sum(psutil.Process().cpu_times()[:2])
     root = psutil.Process([p for p in stack.procs if "runworker" in " ".join(p.args)][0].pid)
     worker = [root, *[p for p in root.children(recursive=True) if "celery" in " ".join(p.cmdline())]]
-    worker0 = sum(sum(p.cpu_times()[:2]) for p in worker)
+    worker0 = tree_cpu(worker)
     count = int(rate * seconds)
     from asgiref.sync import sync_to_async
 
@@ -131,21 +142,13 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     redis = [psutil.Process(stack.redis.proc.pid)]
     timeline: list[dict] = []  # every 0.5 s: cumulative CPU seconds of the machine and of each part
 
-    def tree_cpu(procs) -> float:
-        total = 0.0
-        for p in procs:
-            try:
-                total += sum(p.cpu_times()[:2])
-            except psutil.Error:  # a job's process that has just exited
-                pass
-        return total
-
     async def sample():
         while True:
             peak[0] = max(peak[0], rss())
             busy = psutil.cpu_times()
-            jobs_tree = [c for c in root.children(recursive=True) if c not in worker]
-            stack_tree = {p.pid for p in [*web, root, *root.children(recursive=True), *redis]}
+            below = root.children(recursive=True)  # the worker's processes and the jobs' (read once a sample)
+            jobs_tree = [c for c in below if c not in worker]
+            stack_tree = {p.pid for p in [*web, root, *below, *redis]}
             bench = [me_proc, *(c for c in me_proc.children(recursive=True) if c.pid not in stack_tree)]
             timeline.append({"t": time.time(), "machine_busy": sum(busy) - busy.idle - getattr(busy, "iowait", 0.0),
                              "uvicorn": tree_cpu(web), "worker": tree_cpu(worker), "jobs": tree_cpu(jobs_tree),
@@ -167,7 +170,7 @@ async def run(stack: Stack, cookies: dict, viewers: int, rate: float, seconds: f
     lat = out["lat"]
     cpu_s = cpu() - cpu0
     stored = await sync_to_async(stored_latency)([job.pk for job in submitted])
-    worker_cpu = sum(sum(p.cpu_times()[:2]) for p in worker) - worker0
+    worker_cpu = tree_cpu(worker) - worker0
     me = sum(psutil.Process().cpu_times()[:2]) - me0
     complete = all(out["ok"]) and min(out["counts"]) >= count
     # connected before its job's line 0 was printed
