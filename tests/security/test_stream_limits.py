@@ -3,6 +3,7 @@ a message, a closed stream frees its place, and a stream ends after its lifetime
 event so the client reconnects from ``Last-Event-ID`` and misses nothing. Real uvicorn, real clients."""
 from __future__ import annotations
 
+import socket
 import time
 
 import httpx
@@ -85,6 +86,43 @@ def test_a_user_over_the_per_user_stream_cap_gets_429_with_a_message_and_others_
     for c, r in [opened[1], again, (bob_client, bobs_stream)]:
         r.close()
         c.close()
+
+
+def test_streams_opened_all_at_once_are_held_to_the_limit_and_abandoned_ones_give_their_places_back(
+        web, cpu_pool, user, user_client):
+    """Twelve streams asked for at the same instant: two open (the per-user limit), ten get 429. Before, a
+    stream counted itself only once its body started, so every view checked an empty count: all twelve
+    opened. Then ten requests whose client leaves before the answer must not keep a place: the user can
+    still open two streams afterwards."""
+    job = queued_job(user, cpu_pool)
+    (name, value), = session_cookie(user_client).items()
+    request = (f"GET /jobs/{job.pk}/logs/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: {name}={value}\r\n"
+               f"\r\n").encode()
+
+    def connections(n: int) -> list[socket.socket]:
+        return [socket.create_connection(("127.0.0.1", web.port), timeout=30) for _ in range(n)]
+
+    at_once = connections(12)
+    for sock in at_once:  # all twelve requests are sent before any answer is read
+        sock.sendall(request)
+    statuses = [sock.makefile("rb").readline().split()[1].decode() for sock in at_once]
+    assert sorted(statuses) == ["200"] * 2 + ["429"] * 10, statuses
+    for sock in at_once:
+        sock.close()
+
+    for sock in connections(10):  # clients that leave at once, before reading their answer
+        sock.sendall(request)
+        sock.close()
+
+    def two_open():
+        opened = [open_stream(web, job.pk, session_cookie(user_client)) for _ in range(3)]
+        statuses = [r.status_code for _, r in opened]
+        for client, response in opened:
+            response.close()
+            client.close()
+        return statuses == [200, 200, 429] or None
+
+    wait_for(two_open, timeout=15, message="the places of closed and abandoned streams to be given back")
 
 
 def test_a_stream_ends_after_its_lifetime_and_the_reconnect_resumes_from_the_last_event_id(
@@ -205,3 +243,45 @@ def test_a_job_of_the_longest_lines_cannot_make_a_web_process_hold_its_log_in_me
     assert all(size == 16_000 for seq, size in got if seq)
     grew = (peak - before) // 1024
     assert grew < 150, f"the web process grew by {grew} MB following a 96 MB log"  # 56-62 MB here; 393 before
+
+
+def test_a_stream_whose_body_is_never_sent_gives_its_place_back_when_closed_or_dropped(
+        transactional_db, settings, cpu_pool, user):
+    """The view takes the stream's place before the body runs; a client that leaves between the two (Django
+    then closes the response in a thread of its own without iterating it) or a response lost on the way must
+    not keep it, else the user is locked out of live logs on that process until it restarts. In-process: the
+    real view and responses, with the request built here (this moment cannot be hit reliably from a socket)."""
+    import asyncio
+    import gc
+
+    from django.test import AsyncRequestFactory
+
+    from trainhub.jobs.views import stream
+
+    settings.TRAINHUB_SSE_MAX_PER_USER = 2
+    job = queued_job(user, cpu_pool)
+
+    async def main() -> list:
+        async def open_one():
+            request = AsyncRequestFactory().get(f"/jobs/{job.pk}/logs/stream")
+            request.user = user
+            return await stream.job_log_stream(request, job.pk)
+
+        async def settle():  # a close from another thread hands the count back through the loop
+            for _ in range(3):
+                await asyncio.sleep(0)
+
+        first, second = await open_one(), await open_one()
+        seen = [first.status_code, second.status_code, (await open_one()).status_code]
+        await asyncio.to_thread(first.close)  # as Django closes a response its client left
+        await settle()
+        third = await open_one()
+        seen += [third.status_code, (await open_one()).status_code]
+        del second  # never sent, never closed
+        gc.collect()
+        await settle()
+        seen.append((await open_one()).status_code)
+        seen.append(dict(stream._OPEN))
+        return seen
+
+    assert asyncio.run(main()) == [200, 200, 429, 200, 429, 200, {user.pk: 1}]  # the third still open

@@ -26,7 +26,8 @@ Memory per job in a server process is bounded in bytes, not only in lines (a lin
 entries (each up to ``logs.ENTRY_LINES`` lines).
 
 Bounded per server process: ``TRAINHUB_SSE_MAX_PER_USER`` open streams per user and
-``TRAINHUB_SSE_MAX_STREAMS`` in all, beyond which a new one gets 429 and a message saying so;
+``TRAINHUB_SSE_MAX_STREAMS`` in all, beyond which a new one gets 429 and a message saying so
+(a stream is counted from the view that allows it, ``_Place``, so streams asked for at once cannot all pass);
 a stream closes after ``TRAINHUB_SSE_MAX_SECONDS`` without an ``end`` event, and the browser's
 EventSource reconnects by itself from ``Last-Event-ID`` (the page's sections re-sent).
 """
@@ -61,7 +62,7 @@ XREAD_ENTRIES = 2  # stream entries per Redis read: at most 400 lines, ~6.5 MB o
 #: rendered SSE frames of recent lines, oldest first (one event loop: no lock needed)
 _FRAMES: dict[tuple[int, int], str] = {}
 _FRAME_BYTES = [0]  # characters held in ``_FRAMES``
-#: open streams of this server process per user id (one event loop: no lock needed)
+#: open streams of this server process per user id, each a ``_Place`` (changed on the event loop only)
 _OPEN: collections.Counter = collections.Counter()
 RETRY_AFTER_SECONDS = 10
 
@@ -243,9 +244,9 @@ class Follower:
     """
 
     def __init__(self, job_id: int, cursor: int, href: str, rank: int | None = None, stream: str | None = None,
-                 *, lines: bool = True, page: live.PageViewer | None = None, user_id: int | None = None):
+                 *, lines: bool = True, page: live.PageViewer | None = None, place: _Place | None = None):
         self.job_id = job_id
-        self.user_id = user_id  # counted in ``_OPEN`` while the stream runs
+        self.place = place  # this stream's place among the open ones, given back when it ends
         self.cursor = cursor  # last seq sent (or skipped by a filter)
         self.href = href
         self.rank = rank
@@ -314,14 +315,12 @@ class Follower:
             yield "".join(frames)
 
     async def events(self):
-        _OPEN[self.user_id] += 1  # here, not in the view: a stream never started never ends either
         try:
             async for chunk in self._events():
                 yield chunk
         finally:
-            _OPEN[self.user_id] -= 1
-            if _OPEN[self.user_id] <= 0:
-                del _OPEN[self.user_id]
+            if self.place is not None:
+                self.place.close()
 
     async def _events(self):
         yield "retry: 1000\n\n"
@@ -429,17 +428,69 @@ async def job_log_stream(request: HttpRequest, job_id: int) -> HttpResponse:
         response = HttpResponse(refused + "\n", status=429, content_type="text/plain")
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
+    # From the check to the place taken nothing awaits, so streams opened at once are counted one by one.
     cursor = int_param(request.headers.get("Last-Event-ID"))
     if cursor is None:
         cursor = int_param(request.GET.get("after"))
     rank, stream = _filters(request)
     page = live.PageViewer(request, job.pk) if request.GET.get("channel") == "page" else None
     follower = Follower(job.pk, -1 if cursor is None else max(cursor, -1), reverse("job_detail", args=[job.pk]),
-                        rank, stream, lines=request.GET.get("lines") != "0", page=page, user_id=user.pk)
-    response = StreamingHttpResponse(follower.events(), content_type="text/event-stream")
+                        rank, stream, lines=request.GET.get("lines") != "0", page=page, place=_Place(user.pk))
+    response = StreamingHttpResponse(_Body(follower), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
     return response
+
+
+class _Place:
+    """One open stream counted in ``_OPEN``, from the view that allowed it until it is given back once:
+    when the stream ends, when Django closes the response (also one whose body was never sent: the client
+    left first), or, failing both, when it is dropped. The count changes on the event loop only; a close
+    from Django's thread (it closes responses in one) is handed to the loop."""
+
+    __slots__ = ("user_id", "loop")
+
+    def __init__(self, user_id: int):
+        self.user_id: int | None = user_id
+        self.loop = asyncio.get_running_loop()
+        _OPEN[user_id] += 1
+
+    def close(self) -> None:
+        try:
+            here = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            here = False
+        if here:
+            self._give_back()
+        elif self.user_id is not None:
+            try:
+                self.loop.call_soon_threadsafe(self._give_back)
+            except RuntimeError:
+                pass  # the loop is closed: the server is stopping and the count goes with it
+
+    def __del__(self):
+        if self.user_id is not None:
+            self.close()
+
+    def _give_back(self) -> None:
+        if self.user_id is None:
+            return
+        user_id, self.user_id = self.user_id, None
+        _OPEN[user_id] -= 1
+        if _OPEN[user_id] <= 0:
+            del _OPEN[user_id]
+
+
+class _Body:
+    """The stream's body for ``StreamingHttpResponse``: its events, and a ``close`` Django calls when it
+    closes the response, which gives the stream's place back even if the body was never iterated."""
+
+    def __init__(self, follower: Follower):
+        self._events = follower.events()
+        self.close = follower.place.close
+
+    def __aiter__(self):
+        return self._events
 
 
 def _over_limit(user_id: int) -> str | None:
