@@ -3,6 +3,12 @@ the dashboard (REST API → Celery worker → executor → runner → succeeded)
 and for 2-rank DDP (bare `torchrun` script vs a TrainHub `ddp` job).
 
     .venv/bin/python bench/dashboard_overhead.py [--samples 20000] [--epochs 5] [--repeats 7]
+        [--cases one,ddp,digits] [--digits-epochs 200]
+
+Cases: ``one`` and ``ddp`` — an MLP on synthetic rows (``--samples``, ``--epochs``), one process and
+2-rank DDP, logging once per run; ``digits`` — the default form's job as a user submits it (sklearn's
+digits, the MLP, batch 64, a log window every 10 steps; ``--digits-epochs``), a model whose step is
+~1 ms on CPU, so the runner's cost per step shows.
 
 Runs a Redis server, a Celery worker and a uvicorn server of its own. Wall times are interleaved
 (bare, dashboard, bare, ...) so that load from other work hits both sides alike; the dashboard's
@@ -27,6 +33,7 @@ from bench.api import Dashboard, Web  # noqa: E402
 
 BARE = bare.SYNTHETIC  # the same training by hand (bench/bare.py): one process, and 2-rank DDP
 BARE_DDP = bare.SYNTHETIC_DDP
+CASES = ("one", "ddp", "digits")
 
 
 def main() -> None:
@@ -37,56 +44,78 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--sandbox", choices=["required", "off"], default="required",
                         help="the pool's sandbox (workers/sandbox.py): its cost, by running both")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"which of {', '.join(CASES)}")
+    parser.add_argument("--digits-epochs", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="OMP_NUM_THREADS of every training process, both sides (the worker passes its own on); "
+                             "default: what the executor gives, the cores over the ranks")
     ns = parser.parse_args()
+    cases = [c for c in ns.cases.split(",") if c]
+    if not cases or set(cases) - set(CASES):
+        parser.error(f"--cases: a comma-separated list of {', '.join(CASES)}; got {ns.cases!r}")
     load_at_start = list(os.getloadavg())
     args = [str(ns.samples), str(ns.epochs), str(ns.batch)]
+    threads = ns.threads or max(1, (os.cpu_count() or 1))  # default: what the executor gives a one-process job
 
-    def through_dashboard(web, mode, procs):
-        spec = {"name": f"overhead-{mode}", "mode": mode, "resources": {"procs_per_node": procs},
+    def synthetic(mode: str, procs: int) -> dict:
+        return {"name": f"overhead-{mode}", "mode": mode, "resources": {"procs_per_node": procs},
                 "data": {"dataset": "synthetic", "samples": ns.samples, "batch_size": ns.batch},
                 "model": {"name": "mlp", "hidden": 128, "layers": 2},
                 "train": {"epochs": ns.epochs, "lr": 1e-3, "log_every_steps": 10**6},
                 "checkpoint": {"every_steps": 0, "keep_last": 1}}
-        return web.run(spec)[1]
 
-    threads = max(1, (os.cpu_count() or 1))  # what the executor gives a one-process job
-    rows = {"bare": [], "dash": [], "bare_ddp": [], "dash_ddp": []}
-    with Dashboard("trainhub-overhead-", sandbox=ns.sandbox) as dash, \
+    # case: (bare script's file, its command line, its threads, the job's spec)
+    plan = {
+        "one": ("bare.py", [sys.executable, "bare.py", *args], threads, synthetic("centralized", 1)),
+        "ddp": ("bare_ddp.py", [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                                "2", "bare_ddp.py", *args], ns.threads or max(1, threads // 2), synthetic("ddp", 2)),
+        "digits": ("bare_digits.py", [sys.executable, "bare_digits.py", "0", str(ns.digits_epochs), "64"], threads,
+                   {"name": "overhead-digits", "mode": "centralized", "data": {"dataset": "digits"},
+                    "model": {"name": "mlp"}, "train": {"epochs": ns.digits_epochs}}),  # the form's defaults
+    }
+    scripts = {"bare.py": BARE, "bare_ddp.py": BARE_DDP, "bare_digits.py": bare.DIGITS}
+    rows = {k: [] for c in cases for k in (f"bare_{c}", f"dash_{c}")}
+    with Dashboard("trainhub-overhead-", sandbox=ns.sandbox,
+                   env_extra={"OMP_NUM_THREADS": str(ns.threads)} if ns.threads else None) as dash, \
             Web(dash.env, dash.user, dash.tmp / "web.log") as web:
         tmp = dash.tmp
-        (tmp / "bare.py").write_text(BARE)
-        (tmp / "bare_ddp.py").write_text(BARE_DDP)
+        for name, text in scripts.items():
+            (tmp / name).write_text(text)
         bare_env = {**dash.env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
 
-        def bare(argv, threads):
+        def run_bare(argv, threads):
             started = time.perf_counter()
             subprocess.run(argv, cwd=tmp, env={**bare_env, "OMP_NUM_THREADS": str(threads)}, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             return time.perf_counter() - started
 
         time.sleep(3)  # the worker connects
-        through_dashboard(web, "centralized", 1)  # warm-up: page cache, first claim
+        web.run(synthetic("centralized", 1))  # warm-up: page cache, first claim
         for _ in range(ns.repeats):
-            rows["bare"].append(bare([sys.executable, "bare.py", *args], threads))
-            rows["dash"].append(through_dashboard(web, "centralized", 1))
-            rows["bare_ddp"].append(bare([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                          "--nproc-per-node", "2", "bare_ddp.py", *args], max(1, threads // 2)))
-            rows["dash_ddp"].append(through_dashboard(web, "ddp", 2))
+            for case in cases:
+                _, argv, n, spec = plan[case]
+                rows[f"bare_{case}"].append(run_bare(argv, n))
+                rows[f"dash_{case}"].append(web.run(spec)[1])
     med = {k: statistics.median(v) for k, v in rows.items()}
-    print(f"MLP on synthetic ({ns.samples} rows, batch {ns.batch}, {ns.epochs} epochs), median of {ns.repeats}, pool sandbox {ns.sandbox}\n")
+    ratios = {c: med[f"dash_{c}"] / med[f"bare_{c}"] for c in cases}
+    titles = {"one": f"one process, synthetic ({ns.samples} rows, batch {ns.batch}, {ns.epochs} epochs)",
+              "ddp": f"DDP, 2 ranks (gloo), synthetic ({ns.samples} rows, batch {ns.batch}, {ns.epochs} epochs)",
+              "digits": f"the default form's digits MLP, {ns.digits_epochs} epochs, a log window every 10 steps"}
+    print(f"median of {ns.repeats}, pool sandbox {ns.sandbox}, OMP_NUM_THREADS {ns.threads or 'as the executor sets'}\n")
     print("| run | bare | through TrainHub (submit → succeeded) | ratio |")
     print("| --- | --- | --- | --- |")
-    print(f"| one process | {med['bare']:.2f} s | {med['dash']:.2f} s | {med['dash'] / med['bare']:.2f}x |")
-    print(f"| DDP, 2 ranks (gloo) | {med['bare_ddp']:.2f} s | {med['dash_ddp']:.2f} s | "
-          f"{med['dash_ddp'] / med['bare_ddp']:.2f}x |")
+    for c in cases:
+        print(f"| {titles[c]} | {med[f'bare_{c}']:.2f} s | {med[f'dash_{c}']:.2f} s | {ratios[c]:.3f}x |")
     phases = job_phases.medians(job_phases.phases(tmp))  # where the dashboard side's seconds went
     for name, values in phases.items():
         print(f"\n{name}: " + " ".join(f"{k}={v:.2f}" for k, v in values.items()))
     print(f"\nvar dir (bench/job_phases.py reads it): {tmp}")
     record.write("dashboard_overhead", {
         "samples": ns.samples, "epochs": ns.epochs, "batch": ns.batch, "repeats": ns.repeats, "sandbox": ns.sandbox,
-        "submit": "HTTP POST /api/jobs (API token) -> final status", "seconds": rows,
-        "median_s": med, "ratio_one_process": med["dash"] / med["bare"], "ratio_ddp_2_ranks": med["dash_ddp"] / med["bare_ddp"],
+        "cases": cases, "digits_epochs": ns.digits_epochs, "threads": ns.threads or "the executor's",
+        "submit": "HTTP POST /api/jobs (API token) -> final status", "seconds": rows, "median_s": med,
+        "ratios": ratios, **({"ratio_one_process": ratios["one"]} if "one" in ratios else {}),
+        **({"ratio_ddp_2_ranks": ratios["ddp"]} if "ddp" in ratios else {}),
         "phases_median_s": phases, "var_dir": str(tmp), "load_at_start": load_at_start})
 
 
