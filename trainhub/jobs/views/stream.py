@@ -456,17 +456,19 @@ class _Place:
         _OPEN[user_id] += 1
 
     def close(self) -> None:
+        if self.user_id is None:
+            return
         try:
             here = asyncio.get_running_loop() is self.loop
         except RuntimeError:
             here = False
-        if here:
+        if here or not self.loop.is_running():  # not running: the view ran in a loop of its own (WSGI's
+            self._give_back()                   # async_to_sync), which no longer counts anything
+            return
+        try:
+            self.loop.call_soon_threadsafe(self._give_back)
+        except RuntimeError:  # closed since the look above
             self._give_back()
-        elif self.user_id is not None:
-            try:
-                self.loop.call_soon_threadsafe(self._give_back)
-            except RuntimeError:
-                pass  # the loop is closed: the server is stopping and the count goes with it
 
     def __del__(self):
         if self.user_id is not None:
