@@ -12,7 +12,8 @@ indexes' cost grows with the text). The tables have the columns and indexes of
 - PostgreSQL (when DATABASE_URL names a server; a fresh database ``trainhub_bench_floor``):
   ``executemany`` and ``COPY``, each without and with the pg_trgm GIN index of migration jobs/0005, and
   ``COPY`` of the lines plus one row per 500 lines holding their text under that index (a search index
-  by chunk, not built in TrainHub: what it would cost).
+  by chunk, written by the client), and ``COPY`` with what TrainHub runs since migration jobs/0009: the
+  statement trigger that writes the chunks, under their GIN index.
 
 Writes its raw result under bench/results/. Not a test.
 
@@ -28,8 +29,15 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
+import importlib
+import sys
+from pathlib import Path
+
 import record
 from log_common import fresh_postgres
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+CHUNKS = importlib.import_module("trainhub.jobs.migrations.0009_logchunk")  # the chunk trigger's SQL
 
 BATCH = 20_000
 CHUNK = 500
@@ -118,7 +126,8 @@ def postgres_variants(url: str, rows: list[tuple]) -> dict:
 
         variants = [("executemany", executemany, False), ("copy", copy, False),
                     ("executemany + pg_trgm GIN", executemany, True), ("copy + pg_trgm GIN", copy, True),
-                    (f"copy + pg_trgm GIN on one row per {CHUNK} lines", lambda rows: copy(rows, chunks=True), False)]
+                    (f"copy + pg_trgm GIN on one row per {CHUNK} lines", lambda rows: copy(rows, chunks=True), False),
+                    ("copy + the chunk trigger and its pg_trgm GIN (jobs/0009)", copy, False)]
         for name, run, indexed in variants:
             db.execute("DROP TABLE IF EXISTS l")
             db.execute("DROP TABLE IF EXISTS c")
@@ -126,10 +135,17 @@ def postgres_variants(url: str, rows: list[tuple]) -> dict:
                        "rank SMALLINT NOT NULL, stream VARCHAR(1) NOT NULL, text TEXT NOT NULL, "
                        "at TIMESTAMPTZ NOT NULL, UNIQUE (job_id, seq))")
             db.execute("CREATE TABLE c (id BIGSERIAL PRIMARY KEY, job_id BIGINT NOT NULL, first_seq BIGINT NOT NULL, "
-                       "text TEXT NOT NULL)")
+                       "last_seq BIGINT, text TEXT NOT NULL)")
             if indexed:
                 db.execute(trigram)
-            if "chunk" in name or "row per" in name:
+            if "trigger" in name:  # what TrainHub runs: the database writes the chunks (upper-cased already)
+                db.execute("CREATE OR REPLACE FUNCTION c_add() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                           "INSERT INTO c (job_id, first_seq, last_seq, text) "
+                           f"{CHUNKS.CHUNKS_OF.format(lines='new_lines')}; RETURN NULL; END $$")
+                db.execute("CREATE TRIGGER c_add AFTER INSERT ON l REFERENCING NEW TABLE AS new_lines "
+                           "FOR EACH STATEMENT EXECUTE FUNCTION c_add()")
+                db.execute(f"CREATE INDEX c_trgm ON c {CHUNKS.INDEX_SQL.split(' ', 2)[2]}")
+            elif "chunk" in name or "row per" in name:
                 db.execute("CREATE INDEX c_trgm ON c USING gin (job_id, (upper(text)) gin_trgm_ops)")
             db.commit()
             out[name] = timed(run, rows)

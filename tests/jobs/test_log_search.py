@@ -1,4 +1,4 @@
-"""Log search and "first error" through the search index (pg_trgm on PostgreSQL, FTS5 on SQLite):
+"""Log search and "first error" through the search index (pg_trgm over chunks of lines on PostgreSQL, FTS5 on SQLite):
 the same answers as a scan on both back ends, for awkward queries and for lines written, changed or
 cut after the index was built. Run on SQLite by default and with DATABASE_URL on PostgreSQL."""
 from __future__ import annotations
@@ -78,10 +78,22 @@ def found(job, query: str, **kwargs) -> set[int]:
     return {line.seq for line in logs.search_lines(job.pk, query, **kwargs)}
 
 
-def test_the_sqlite_index_is_in_place_after_migrating(db):
-    if connection.vendor != "sqlite":
-        pytest.skip("SQLite's FTS5 index; PostgreSQL's is pg_trgm (migration jobs/0005)")
-    assert logs.fts_ready(), "migration jobs/0006 left no FTS5 table or triggers on jobs_logline"
+def used_the_index(captured) -> bool:
+    """Whether a search asked the index: FTS5's MATCH on SQLite, the chunks on PostgreSQL."""
+    mark = " MATCH " if connection.vendor == "sqlite" else "jobs_logchunk"
+    return any(mark in q["sql"] for q in captured.captured_queries)
+
+
+def test_the_index_is_in_place_after_migrating(db):
+    if connection.vendor == "sqlite":
+        assert logs.fts_ready(), "migration jobs/0006 left no FTS5 table or triggers on jobs_logline"
+        return
+    assert logs.chunks_ready(), "migration jobs/0009 left no chunk triggers on jobs_logline"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename IN ('jobs_logline', 'jobs_logchunk')")
+        indexes = {row[0] for row in cursor.fetchall()}
+    assert "logchunk_text_trgm" in indexes
+    assert "logline_text_trgm" not in indexes, "the per-line trigram index (jobs/0005) is still paid on every line"
 
 
 @pytest.mark.parametrize(("query", "expected"), QUERIES, ids=[repr(q) for q, _ in QUERIES])
@@ -107,13 +119,26 @@ def test_a_query_with_a_nul_character_is_answered_not_refused(job, small_probe, 
         assert found(job, "x\x00yz") == {3 * PROBE + 1}
 
 
-def test_sqlite_search_past_the_probe_goes_through_the_fts_index(job, small_probe):
-    if connection.vendor != "sqlite":
-        pytest.skip("SQLite's FTS5 path")
+def test_search_past_the_probe_goes_through_the_index(job, small_probe):
     store(job, 0, [f"filler {i}" for i in range(3 * PROBE)] + ["the needle"])
     with CaptureQueriesContext(connection) as captured:
         assert found(job, "NEEDLE") == {3 * PROBE}
-    assert any(" MATCH " in q["sql"] for q in captured.captured_queries)
+    assert used_the_index(captured)
+
+
+def test_many_matching_batches_are_found_in_seq_order_and_page_by_seq(job, small_probe, monkeypatch):
+    """Each stored batch is a chunk of its own on PostgreSQL; search reads their seq ranges a window at a time."""
+    monkeypatch.setattr(logs, "CHUNK_WINDOW", 2)
+    for batch in range(40):
+        store(job, 3 * batch, [f"step {batch}", f"needle {batch}", "quiet"])
+    needles = [3 * batch + 1 for batch in range(40)]
+    assert [line.seq for line in logs.search_lines(job.pk, "needle")] == needles
+    assert [line.seq for line in logs.search_lines(job.pk, "needle", limit=5)] == needles[:5]
+    assert [line.seq for line in logs.search_lines(job.pk, "needle", after=needles[20], limit=3)] == needles[21:24]
+    assert [line.seq for line in logs.search_lines(job.pk, "needle", rank=1)] == needles  # store(): rank = i % 2
+    assert logs.search_lines(job.pk, "needle", rank=0) == []  # every chunk matches, no line does: all are read
+    LogLine.objects.filter(job=job, seq=needles[30]).update(text="needle, changed")  # in two chunks now
+    assert [line.seq for line in logs.search_lines(job.pk, "needle")] == needles
 
 
 def test_search_stays_correct_for_lines_written_changed_and_cut_after_the_index_exists(job, small_probe):
@@ -146,7 +171,7 @@ def test_sqlite_lines_not_yet_indexed_are_found_beside_indexed_ones_and_join_the
     LogLine.objects.filter(job=job, seq=3 * PROBE + 1).delete()
     with CaptureQueriesContext(connection) as captured:
         assert found(job, "needle") == {3 * PROBE, 3 * PROBE + 2}
-    assert any(" MATCH " in q["sql"] for q in captured.captured_queries)
+    assert used_the_index(captured)
 
 
 def test_sqlite_index_is_rebuilt_when_line_ids_start_again(job, small_probe):
@@ -179,19 +204,23 @@ def test_first_error_past_the_probe_comes_from_the_index_and_the_earliest_wins(j
     assert logs.first_error(job.pk) == 2
 
 
-def test_the_sqlite_index_is_filled_with_the_lines_stored_before_it(job, small_probe):
-    if connection.vendor != "sqlite":
-        pytest.skip("SQLite's FTS5 index")
-    migration = importlib.import_module("trainhub.jobs.migrations.0006_logline_fts_sqlite")
+def test_the_index_is_filled_with_the_lines_stored_before_it(job, small_probe):
+    number = "0006_logline_fts_sqlite" if connection.vendor == "sqlite" else "0009_logchunk"
+    migration = importlib.import_module(f"trainhub.jobs.migrations.{number}")
+    drop, build = ((migration.DROP, migration.SQL) if connection.vendor == "sqlite" else
+                   (migration.DROP_SQL, [*migration.TRIGGER_SQL, migration.BACKFILL_SQL]))
     with connection.cursor() as cursor:
-        for statement in migration.DROP:
+        for statement in drop:
             cursor.execute(statement)
-        assert not logs.fts_ready()
+        assert not (logs.fts_ready() or logs.chunks_ready())
         store(job, 0, [f"filler {i}" for i in range(3 * PROBE)] + ["stored before the index"])
         assert found(job, "before the index") == {3 * PROBE}  # no index: the scan
-        for statement in migration.SQL:
+        assert logs.first_error(job.pk) is None
+        for statement in build:
             cursor.execute(statement)
-    assert logs.fts_ready()
+    assert logs.fts_ready() or logs.chunks_ready()
     with CaptureQueriesContext(connection) as captured:
         assert found(job, "before the index") == {3 * PROBE}
-    assert any(" MATCH " in q["sql"] for q in captured.captured_queries)
+    assert used_the_index(captured)
+    store(job, 3 * PROBE + 1, ["and an Error after it"])  # and the index keeps up with lines stored after it
+    assert logs.first_error(job.pk) == 3 * PROBE + 1

@@ -14,7 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from trainhub.jobs import metriccap
-from trainhub.jobs.models import Job, LogLine, Metric
+from trainhub.jobs.models import Job, LogChunk, LogLine, Metric
 
 log = logging.getLogger(__name__)
 #: stream entries kept per job (each up to ENTRY_LINES lines); older lines come from the DB
@@ -230,7 +230,8 @@ def tail_lines(job_id: int, limit: int = 500, *, rank: int | None = None, stream
     return [Line(*row) for row in reversed(rows)]
 
 
-#: the SQLite FTS5 index of the lines' text (migration jobs/0006); PostgreSQL's is pg_trgm (jobs/0005)
+#: the SQLite FTS5 index of the lines' text (migration jobs/0006); PostgreSQL's is pg_trgm over chunks of
+#: lines (``LogChunk``, jobs/0009)
 FTS_TABLE = "jobs_logline_fts"
 FTS_STATE = f"{FTS_TABLE}_state"  # indexed_to: the last line id the index holds
 #: lines waiting before the writer adds them to the SQLite index in one statement (~1–4 µs a line, where
@@ -305,22 +306,70 @@ def _like(text: str) -> str:
     return f"%{connection.ops.prep_for_like_query(text)}%"
 
 
+def chunks_ready() -> bool:
+    """Whether this database is PostgreSQL with the triggers that keep ``LogChunk`` (jobs/0009) true."""
+    if connection.vendor != "postgresql":
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'jobs_logline'::regclass AND tgname IN (%s, %s)",
+                       list(CHUNK_TRIGGERS))
+        return cursor.fetchone()[0] == len(CHUNK_TRIGGERS)
+
+
+CHUNK_TRIGGERS = ("jobs_logchunk_insert", "jobs_logchunk_update")
+#: matching chunks whose lines are read in the first look; each further look reads twice as many (up to 256)
+CHUNK_WINDOW = 16
+
+
+def _chunk_lines(job_id: int, patterns: list[str], lines, after: int, limit: int) -> list[tuple]:
+    """The first ``limit`` rows of ``lines`` (a queryset of ``job_id``'s lines, already filtered for the
+    match) past seq ``after``, read only in the seq ranges of the chunks whose text holds one of
+    ``patterns`` (case-insensitive, as ``icontains``). The chunks' ranges are merged (a line may be in two
+    chunks: an updated line, a line stored during migration jobs/0009) and read in seq order, a window of
+    ranges at a time, until ``limit`` rows are found."""
+    like = " OR ".join(["text LIKE UPPER(%s)"] * len(patterns))
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The planner's cost of a sequential scan does not count unpacking each chunk's text (~12 kB,
+        # compressed out of line): with a few thousand chunks it chose the scan, 100-160 ms for 4,000
+        # chunks against ~1 ms through the index (docs/BENCHMARKS.md, "Log search").
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"SELECT first_seq, last_seq FROM {LogChunk._meta.db_table} WHERE job_id = %s "
+                       f"AND last_seq > %s AND ({like}) ORDER BY first_seq", [job_id, after, *map(_like, patterns)])
+        found = cursor.fetchall()
+        cursor.execute("SET LOCAL enable_seqscan TO DEFAULT")
+    ranges: list[list[int]] = []
+    for lo, hi in found:
+        if ranges and lo <= ranges[-1][1] + 1:
+            ranges[-1][1] = max(ranges[-1][1], hi)
+        else:
+            ranges.append([lo, hi])
+    rows, start, width = [], 0, CHUNK_WINDOW
+    while start < len(ranges) and len(rows) < limit:
+        window, start, width = ranges[start:start + width], start + width, min(2 * width, 256)
+        within = Q()
+        for lo, hi in window:
+            within |= Q(seq__gte=lo, seq__lte=hi)
+        rows += lines.filter(within, seq__gt=after).order_by("seq").values_list(*FIELDS)[:limit - len(rows)]
+    return rows
+
+
 def search_lines(job_id: int, query: str, after: int = -1, limit: int = 100, *, rank: int | None = None,
                  stream: str | None = None) -> list[Line]:
     """Lines containing ``query`` (case-insensitive) across the whole stored log, by seq.
 
-    PostgreSQL: one query; its planner walks the job's lines in seq order when matches are common and
-    asks the trigram index (jobs/0005) when they are rare. SQLite: the next ``PROBE`` lines in seq
-    order first, then the FTS5 index (jobs/0006) for the rest; queries under 3 characters (no trigram)
-    and databases without the index scan the job's lines."""
+    The next ``PROBE`` lines in seq order first (a query that matches often is answered there), then the
+    search index for the rest: PostgreSQL's chunks of lines (jobs/0009), SQLite's FTS5 (jobs/0006). Queries
+    under 3 characters (no trigram) and databases without the index scan the job's lines."""
     if "\x00" in query and connection.vendor == "postgresql":
         return []  # PostgreSQL's text holds no NUL, and its driver refuses one in a parameter
     matching = _lines(job_id, rank, stream).filter(text__icontains=query)
-    if len(query) < 3 or "\x00" in query or not fts_ready():  # FTS5 refuses a NUL in its query
+    if len(query) < 3 or "\x00" in query or not (fts_ready() or chunks_ready()):  # FTS5 refuses a NUL
         rows = matching.filter(seq__gt=after).order_by("seq").values_list(*FIELDS)[:limit]
         return [Line(*row) for row in rows]
     rows = list(matching.filter(seq__gt=after, seq__lte=after + PROBE).order_by("seq").values_list(*FIELDS)[:limit])
-    if len(rows) < limit:
+    if len(rows) < limit and connection.vendor == "postgresql":
+        rows += _chunk_lines(job_id, [query], matching, after + PROBE, limit - len(rows))
+    elif len(rows) < limit:
         where, params = ["l.seq > %s", "l.text LIKE %s ESCAPE '\\'"], [after + PROBE, _like(query)]
         for column, value in (("rank", rank), ("stream", stream or None)):
             if value is not None:
@@ -337,30 +386,27 @@ FIRST_ERROR_PROBE = PROBE
 def first_error(job_id: int) -> int | None:
     """The seq of the first line holding an error marker.
 
-    On PostgreSQL the planner answers ``ORDER BY seq LIMIT 1`` by walking the job's lines in order,
-    hoping for an early match: for an error at 90 % of a 1,000,000-line log that read 900,000 rows
-    (6 s, docs/BENCHMARKS.md "Log search"). So the first ``FIRST_ERROR_PROBE`` lines are read in
-    order (a log full of "error" answers there), and the rest is looked up through the search index
-    (pg_trgm, migration jobs/0005; FTS5 on SQLite, jobs/0006), its matches materialized before the
-    minimum is taken."""
+    A planner answers ``ORDER BY seq LIMIT 1`` by walking the job's lines in order, hoping for an early
+    match: for an error at 90 % of a 1,000,000-line log that read 900,000 rows (6 s, docs/BENCHMARKS.md
+    "Log search"). So the first ``FIRST_ERROR_PROBE`` lines are read in order (a log full of "error"
+    answers there), and the rest is looked up through the search index: PostgreSQL's chunks (jobs/0009),
+    whose first matching range in seq order holds the answer; SQLite's FTS5 (jobs/0006)."""
     match = Q()
     for marker in ERROR_MARKERS:
         match |= Q(text__icontains=marker)
     matches = LogLine.objects.filter(match, job_id=job_id)
-    if connection.vendor == "sqlite" and not fts_ready():
+    if not (fts_ready() or chunks_ready()):
         return matches.order_by("seq").values_list("seq", flat=True).first()
     first = matches.filter(seq__lt=FIRST_ERROR_PROBE).order_by("seq").values_list("seq", flat=True).first()
     if first is not None:
         return first
-    if connection.vendor == "sqlite":
-        fts_query = " OR ".join(_fts_query(marker) for marker in ERROR_MARKERS)
-        where = ["l.seq >= %s", "(" + " OR ".join(["l.text LIKE %s ESCAPE '\\'"] * len(ERROR_MARKERS)) + ")"]
-        first_lines = _fts_lines(fts_query, job_id, where, [FIRST_ERROR_PROBE, *map(_like, ERROR_MARKERS)], 1)
-        return first_lines[0][0] if first_lines else None
-    sql, params = matches.filter(seq__gte=FIRST_ERROR_PROBE).values("seq").query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(f"WITH found AS MATERIALIZED ({sql}) SELECT min(seq) FROM found", params)
-        return cursor.fetchone()[0]
+    if connection.vendor == "postgresql":
+        found = _chunk_lines(job_id, list(ERROR_MARKERS), matches, FIRST_ERROR_PROBE - 1, 1)
+        return found[0][0] if found else None
+    fts_query = " OR ".join(_fts_query(marker) for marker in ERROR_MARKERS)
+    where = ["l.seq >= %s", "(" + " OR ".join(["l.text LIKE %s ESCAPE '\\'"] * len(ERROR_MARKERS)) + ")"]
+    first_lines = _fts_lines(fts_query, job_id, where, [FIRST_ERROR_PROBE, *map(_like, ERROR_MARKERS)], 1)
+    return first_lines[0][0] if first_lines else None
 
 
 def iter_all(job_id: int, chunk: int = 5000):

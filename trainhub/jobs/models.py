@@ -236,6 +236,22 @@ class LogLine(models.Model):
         constraints = [models.UniqueConstraint(fields=["job", "seq"], name="logline_job_seq")]
 
 
+class LogChunk(models.Model):
+    """PostgreSQL's log search index: the text of up to ``CHUNK_LINES`` lines of one job in one row, upper-cased,
+    under a pg_trgm GIN index. Search asks it for the chunks that hold a query, then checks the lines of those
+    seq ranges; a trigram index over every line capped storing at ~48,000 lines/s (docs/BENCHMARKS.md).
+
+    Written by the database itself (a statement trigger on ``jobs_logline``'s inserts and updates, migration
+    jobs/0009), so no path that writes lines can leave them out. A chunk may outlive a line it holds (a line
+    changed or deleted): search checks the lines, so a stale chunk costs a look, never a wrong match. Empty on
+    SQLite, whose index is FTS5 (jobs/0006)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+", db_index=False)
+    first_seq = models.PositiveBigIntegerField()
+    last_seq = models.PositiveBigIntegerField()
+    text = models.TextField()
+
+
 class Metric(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
     step = models.PositiveIntegerField()

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from trainhub.jobs.models import FINAL, Job, LogLine
+from trainhub.jobs.models import FINAL, Job, LogChunk, LogLine
 from trainhub.pools.models import LOG_RETENTION_MINIMUM as MINIMUM
 HEAD = 1_000  # first lines always kept (how the run started)
 CHUNK = 50_000  # rows per DELETE, so a big cut never holds the database for long
@@ -75,6 +75,8 @@ def enforce(job_id: int, next_seq: int, limit: int, pool: str = "") -> int:
     deleted = 0
     for lo in range(start, end + 1, CHUNK):
         deleted += LogLine.objects.filter(job_id=job_id, seq__gte=lo, seq__lte=min(end, lo + CHUNK - 1)).delete()[0]
+    # PostgreSQL's search chunks of the cut lines (line ``head`` becomes the marker, whose chunk its write adds)
+    LogChunk.objects.filter(job_id=job_id, first_seq__gte=head, last_seq__lte=end).delete()
     text = (f"✂ lines {head}–{end} were cut by the log retention policy "
             f"(pool {pool or '?'} keeps {limit:,} lines per job: the first {head:,} and the newest)")
     LogLine.objects.update_or_create(job_id=job_id, seq=head, defaults={"stream": "s", "rank": 0, "text": text})
@@ -113,6 +115,7 @@ def prune_by_age(days: int | None = None, now=None) -> tuple[int, bool]:
         for lo in range(0, lines, CHUNK):
             deleted += LogLine.objects.filter(job_id=job_id, seq__gte=lo, seq__lt=lo + CHUNK).delete()[0]
         LogLine.objects.filter(job_id=job_id, seq__gte=lines).delete()  # any written past the count
+        LogChunk.objects.filter(job_id=job_id).delete()  # PostgreSQL's search chunks; the marker's comes next
         text = (f"{PRUNED} on {now:%Y-%m-%d}: TRAINHUB_LOG_RETENTION_DAYS keeps a log {days} days after its job "
                 f"ends, and this one ended on {finished:%Y-%m-%d} ({lines:,} lines). Its status, history, "
                 f"metrics and files are kept.")
