@@ -23,14 +23,13 @@ Writes its raw result under bench/results/. Not a test.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sqlite3
+import sys
 import tempfile
 import time
 from datetime import datetime, timezone
-
-import importlib
-import sys
 from pathlib import Path
 
 import record
@@ -144,7 +143,7 @@ def postgres_variants(url: str, rows: list[tuple]) -> dict:
                            f"{CHUNKS.CHUNKS_OF.format(lines='new_lines')}; RETURN NULL; END $$")
                 db.execute("CREATE TRIGGER c_add AFTER INSERT ON l REFERENCING NEW TABLE AS new_lines "
                            "FOR EACH STATEMENT EXECUTE FUNCTION c_add()")
-                db.execute(f"CREATE INDEX c_trgm ON c {CHUNKS.INDEX_SQL.split(' ', 2)[2]}")
+                db.execute(f"CREATE INDEX c_trgm ON c {CHUNKS.INDEX_METHOD}")
             elif "chunk" in name or "row per" in name:
                 db.execute("CREATE INDEX c_trgm ON c USING gin (job_id, (upper(text)) gin_trgm_ops)")
             db.commit()

@@ -18,7 +18,8 @@ CHUNK_LINES = 500
 FUNCTION = "jobs_logchunk_add"
 TRIGGERS = {"jobs_logchunk_insert": "INSERT", "jobs_logchunk_update": "UPDATE"}
 INDEX = "logchunk_text_trgm"
-INDEX_SQL = "ON jobs_logchunk USING gin (job_id, text gin_trgm_ops)"
+INDEX_METHOD = "USING gin (job_id, text gin_trgm_ops)"  # the text is upper-cased already
+INDEX_SQL = f"ON jobs_logchunk {INDEX_METHOD}"
 CHUNKS_OF = (f"SELECT job_id, min(seq), max(seq), string_agg(upper(text), chr(10)) FROM {{lines}} "
              f"GROUP BY job_id, seq / {CHUNK_LINES}")
 TRIGGER_SQL = [

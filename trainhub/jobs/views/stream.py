@@ -471,8 +471,7 @@ class _Place:
             self._give_back()
 
     def __del__(self):
-        if self.user_id is not None:
-            self.close()
+        self.close()
 
     def _give_back(self) -> None:
         if self.user_id is None:
