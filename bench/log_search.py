@@ -10,7 +10,8 @@ then reads every chunk of the job: a scan of ~1/500 as many rows as the lines).
 Builds its own database (a fresh ``$TRAINHUB_BENCH_DB``, default ``trainhub_bench_logsearch``, on the
 PostgreSQL server of DATABASE_URL, or a SQLite file under the temp dir; ``--reuse`` keeps one filled
 by an earlier run), fills it server-side (one job with ``--lines`` lines, a
-"RuntimeError" line at 90 %, beside ``--other-lines`` lines of four other jobs; ``--jobs`` jobs over
+"RuntimeError" line at 90 %, beside ``--other-lines`` lines of four other jobs, which end in a phrase the
+big job never holds; ``--jobs`` jobs over
 10 users for the name search), then times each request ``--runs`` times after a warm-up: first
 with the indexes dropped ("before"), then with them built ("after"). Times are server time through
 Django's test client in-process (URL → view → queries → template, no network), as in
@@ -43,6 +44,9 @@ INDEXES = {"job_name_trgm": importlib.import_module("trainhub.jobs.migrations.00
            .INDEXES["job_name_trgm"], CHUNKS.INDEX: CHUNKS.INDEX_SQL}
 FTS = importlib.import_module("trainhub.jobs.migrations.0006_logline_fts_sqlite")
 FTS_SQL, FTS_DROP = FTS.SQL, FTS.DROP
+#: on every line of the four other jobs, on none of the big one's: searching the big job for it must not
+#: look at the other jobs' lines (or chunks) at all
+OTHER_WORD = " grad_norm 1.5"
 WORDS = ["resnet", "gpt", "llama", "sweep", "digits", "lora", "ddp", "baseline", "ablation", "tune"]
 
 
@@ -74,12 +78,13 @@ def series(n: int, vendor: str) -> str:
     return f"(WITH RECURSIVE r(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM r WHERE g < {n - 1}) SELECT g FROM r) AS s"
 
 
-def fill_lines(cursor, vendor: str, job_id: int, n: int, error_at: int | None) -> None:
+def fill_lines(cursor, vendor: str, job_id: int, n: int, error_at: int | None, tail: str = "") -> None:
+    """``n`` lines ``step g loss … lr 0.001`` (+ ``tail``), an error line at ``error_at``."""
     error = f"WHEN g = {error_at} THEN 'RuntimeError: CUDA error: out of memory' " if error_at is not None else "WHEN false THEN NULL "
     now = "now()" if vendor == "postgresql" else "datetime('now')"
     cursor.execute(f"INSERT INTO jobs_logline (job_id, seq, rank, stream, text, at) "
                    f"SELECT {job_id}, g, g % 2, 'o', CASE {error}ELSE 'step ' || g || ' loss ' || "
-                   f"round(1.0 / (g + 1), 6) || ' lr 0.001' END, {now} FROM {series(n, vendor)}")
+                   f"round(1.0 / (g + 1), 6) || ' lr 0.001{tail}' END, {now} FROM {series(n, vendor)}")
 
 
 def fill_jobs(cursor, vendor: str, template, owners: list[int], n: int) -> None:
@@ -157,7 +162,7 @@ def fill(ns: argparse.Namespace, vendor: str, pool):
     with transaction.atomic(), connection.cursor() as cursor:
         fill_lines(cursor, vendor, job.pk, ns.lines, ns.lines * 9 // 10)
         for other in others:
-            fill_lines(cursor, vendor, other.pk, ns.other_lines // len(others), None)
+            fill_lines(cursor, vendor, other.pk, ns.other_lines // len(others), None, OTHER_WORD)
         fill_jobs(cursor, vendor, others[0], [u.pk for u in users], ns.jobs)
     Job.objects.filter(pk=job.pk).update(log_lines=ns.lines)
     job.refresh_from_db()
@@ -197,6 +202,8 @@ def run(ns: argparse.Namespace) -> None:
         "search, 1 match": (user_client, f"/jobs/{job.pk}/logs/search?q=step+{ns.lines // 2 + 7}+"),
         "search, no match": (user_client, f"/jobs/{job.pk}/logs/search?q=nothing+like+this"),
         "search, every line matches (first page)": (user_client, f"/jobs/{job.pk}/logs/search?q=loss"),
+        "search, a phrase only the other jobs hold": (user_client,
+                                                      f"/jobs/{job.pk}/logs/search?q={OTHER_WORD.strip().replace(' ', '+')}"),
         "search, the error line at 90 %": (user_client, f"/jobs/{job.pk}/logs/search?q=RuntimeError"),
         "first error (a line at 90 %)": (user_client, f"/jobs/{job.pk}/logs/first-error"),
         "job list, name search, a rare name (staff)": (staff_client, f"/?q={rare}"),

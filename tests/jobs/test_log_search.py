@@ -4,6 +4,7 @@ cut after the index was built. Run on SQLite by default and with DATABASE_URL on
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
 from django.db import connection, transaction
@@ -80,8 +81,16 @@ def found(job, query: str, **kwargs) -> set[int]:
 
 def used_the_index(captured) -> bool:
     """Whether a search asked the index: FTS5's MATCH on SQLite, the chunks on PostgreSQL."""
-    mark = " MATCH " if connection.vendor == "sqlite" else "jobs_logchunk"
+    mark = " MATCH " if connection.vendor == "sqlite" else "FROM jobs_logchunk"  # not chunks_ready()'s trigger names
     return any(mark in q["sql"] for q in captured.captured_queries)
+
+
+def asked_the_trigram_index(captured) -> bool:
+    """Whether a search asked the trigram index for the whole log: FTS5's MATCH on SQLite; on PostgreSQL a chunk
+    query without the probe's bound (the probe's looks at the chunks of the next PROBE seqs in seq order)."""
+    if connection.vendor == "sqlite":
+        return used_the_index(captured)
+    return any("FROM jobs_logchunk" in q["sql"] and "first_seq <=" not in q["sql"] for q in captured.captured_queries)
 
 
 def test_the_index_is_in_place_after_migrating(db):
@@ -92,7 +101,7 @@ def test_the_index_is_in_place_after_migrating(db):
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename IN ('jobs_logline', 'jobs_logchunk')")
         indexes = {row[0] for row in cursor.fetchall()}
-    assert "logchunk_text_trgm" in indexes
+    assert {"logchunk_text_trgm", "logchunk_job_first_seq"} <= indexes
     assert "logline_text_trgm" not in indexes, "the per-line trigram index (jobs/0005) is still paid on every line"
 
 
@@ -124,6 +133,41 @@ def test_search_past_the_probe_goes_through_the_index(job, small_probe):
     with CaptureQueriesContext(connection) as captured:
         assert found(job, "NEEDLE") == {3 * PROBE}
     assert used_the_index(captured)
+
+
+def test_a_query_answered_within_the_probe_does_not_ask_the_trigram_index(job, small_probe):
+    """A query that matches often is answered from the next PROBE seqs; the trigram index would list (SQLite) or
+    recheck (PostgreSQL) its matches over the whole log. Past the probe's answers, it is asked."""
+    store(job, 0, [f"needle {i}" if i % 2 else f"filler {i}" for i in range(PROBE)]
+          + [f"needle {PROBE + i}" for i in range(50)])
+    with CaptureQueriesContext(connection) as captured:
+        assert found(job, "needle", limit=2) == {1, 3}
+    assert not asked_the_trigram_index(captured)
+    with CaptureQueriesContext(connection) as captured:
+        assert found(job, "needle", limit=3) == {1, 3, PROBE}
+    assert asked_the_trigram_index(captured)
+    with CaptureQueriesContext(connection) as captured:  # paging: the probe starts after the page's last line
+        assert found(job, "needle", after=PROBE + 10, limit=PROBE) == set(range(PROBE + 11, 2 * PROBE + 11))
+    assert not asked_the_trigram_index(captured)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's chunk index; SQLite's FTS5 holds no job id")
+def test_the_trigram_index_is_asked_for_this_jobs_chunks_only(job, small_probe):
+    """btree_gin compares a bigint job id only with a bigint: given an integer, the index left the job out of its
+    condition and rechecked every job's matching chunks (3x the time for a phrase only other jobs hold,
+    docs/BENCHMARKS.md "Log search")."""
+    store(job, 0, [f"filler {i}" for i in range(3 * PROBE)] + ["the needle"])
+    with CaptureQueriesContext(connection) as captured:
+        assert found(job, "needle") == {3 * PROBE}
+    asked = [q["sql"] for q in captured.captured_queries if "FROM jobs_logchunk" in q["sql"] and "first_seq <=" not in q["sql"]]
+    assert len(asked) == 1
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("DROP INDEX logchunk_job_first_seq")  # rolled back below: the trigram index is left to plan with
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + asked[0])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    assert "logchunk_text_trgm" in plan and re.search(r"Index Cond: \(+job_id = ", plan), plan
 
 
 def test_many_matching_batches_are_found_in_seq_order_and_page_by_seq(job, small_probe, monkeypatch):

@@ -237,8 +237,9 @@ FTS_STATE = f"{FTS_TABLE}_state"  # indexed_to: the last line id the index holds
 #: lines waiting before the writer adds them to the SQLite index in one statement (~1–4 µs a line, where
 #: one at a time cost ~20: migration jobs/0006); search reads the lines past the index's mark directly
 FTS_CATCH_UP = 20_000
-#: lines read in seq order before the SQLite index is asked: a query that matches often is answered
-#: here, where the index would list its matches in every job's lines first
+#: seqs looked at in order before the trigram index is asked: a query that matches often is answered
+#: there, where the index would list its matches in every job's lines (SQLite) or have every chunk of the job
+#: rechecked (PostgreSQL). SQLite reads these lines; PostgreSQL reads their ~20 chunks first
 PROBE = 10_000
 
 
@@ -319,37 +320,72 @@ def chunks_ready() -> bool:
 CHUNK_TRIGGERS = ("jobs_logchunk_insert", "jobs_logchunk_update")
 #: matching chunks whose lines are read in the first look; each further look reads twice as many (up to 256)
 CHUNK_WINDOW = 16
+#: the planner's cost of an operator in the chunk queries: 100x PostgreSQL's default (0.0025), as a LIKE over
+#: a chunk's ~12 kB of text is to one over a short value (10x was enough on the bench's database)
+CHUNK_OPERATOR_COST = 0.25
 
 
-def _chunk_lines(job_id: int, patterns: list[str], lines, after: int, limit: int) -> list[tuple]:
+def _chunk_lines(job_id: int, patterns: list[str], lines, after: int, limit: int, probe: int) -> list[tuple]:
     """The first ``limit`` rows of ``lines`` (a queryset of ``job_id``'s lines, already filtered for the
     match) past seq ``after``, read only in the seq ranges of the chunks whose text holds one of
-    ``patterns`` (case-insensitive, as ``icontains``). The chunks' ranges are merged (a line may be in two
-    chunks: an updated line, a line stored during migration jobs/0009) and read in seq order, a window of
-    ranges at a time, until ``limit`` rows are found."""
-    like = " OR ".join(["text LIKE UPPER(%s)"] * len(patterns))
+    ``patterns`` (case-insensitive, as ``icontains``).
+
+    Two looks, each complete for its seqs, so their rows come out in seq order:
+    - the chunks of the next ``probe`` seqs, taken in seq order through ``logchunk_job_first_seq`` (jobs/0010;
+      ~20 rows for 10,000 lines) and only then matched: a query that matches often is answered here. Through
+      the trigram index every matching chunk of the job would be rechecked (~50 ms for 2,000 chunks), so the
+      look is a ``MATERIALIZED`` CTE, which the planner cannot answer from that index;
+    - if rows are still missing, the chunks past them through the trigram index."""
+    table, like = LogChunk._meta.db_table, " OR ".join(["text LIKE UPPER(%s)"] * len(patterns))
+    likes = list(map(_like, patterns))
+    # ``::bigint``: Django inlines the id as an integer literal, and btree_gin's operators do not compare
+    # bigint with integer, so without the cast the trigram index left the job out of its condition and
+    # rechecked every job's matching chunks (docs/BENCHMARKS.md, "Log search")
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH near AS MATERIALIZED (SELECT first_seq, last_seq, text FROM {table} "
+                       f"WHERE job_id = %s::bigint AND first_seq <= %s AND last_seq > %s) "
+                       f"SELECT first_seq, last_seq FROM near WHERE {like} ORDER BY first_seq",
+                       [job_id, after + probe, after, *likes])
+        near = cursor.fetchall()
+    rows = _lines_in(lines.filter(seq__gt=after, seq__lte=after + probe), _merged(near), limit)
+    if len(rows) >= limit:
+        return rows
     with transaction.atomic(), connection.cursor() as cursor:
-        # The planner's cost of a sequential scan does not count unpacking each chunk's text (~12 kB,
-        # compressed out of line): with a few thousand chunks it chose the scan, 100-160 ms for 4,000
-        # chunks against ~1 ms through the index (docs/BENCHMARKS.md, "Log search").
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute(f"SELECT first_seq, last_seq FROM {LogChunk._meta.db_table} WHERE job_id = %s "
-                       f"AND last_seq > %s AND ({like}) ORDER BY first_seq", [job_id, after, *map(_like, patterns)])
-        found = cursor.fetchall()
-        cursor.execute("SET LOCAL enable_seqscan TO DEFAULT")
-    ranges: list[list[int]] = []
-    for lo, hi in found:
-        if ranges and lo <= ranges[-1][1] + 1:
-            ranges[-1][1] = max(ranges[-1][1], hi)
+        # The planner prices a LIKE on a chunk (~12 kB, compressed out of line) as one on a short value, so
+        # it chose to match every chunk of the job, or of the table, over asking the trigram index: a
+        # sequential scan of 4,000 chunks took 100-160 ms, the job's 2,000 through its id 130-400 ms, against
+        # 0.1-1 ms through the index for both the job and the text. Priced 100x, the index is asked
+        # (docs/BENCHMARKS.md, "Log search"); the lines' own queries keep the default.
+        cursor.execute(f"SET LOCAL cpu_operator_cost = {CHUNK_OPERATOR_COST}")
+        cursor.execute(f"SELECT first_seq, last_seq FROM {table} WHERE job_id = %s::bigint AND last_seq > %s "
+                       f"AND ({like}) ORDER BY first_seq", [job_id, after + probe, *likes])
+        far = cursor.fetchall()
+        cursor.execute("SET LOCAL cpu_operator_cost TO DEFAULT")  # for the rest of a transaction around this
+    return rows + _lines_in(lines.filter(seq__gt=after + probe), _merged(far), limit - len(rows))
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[list[int]]:
+    """Seq ranges sorted by their start, overlapping or adjacent ones joined (a line may be in two chunks: an
+    updated line, a line stored during migration jobs/0009)."""
+    merged: list[list[int]] = []
+    for lo, hi in ranges:
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
         else:
-            ranges.append([lo, hi])
+            merged.append([lo, hi])
+    return merged
+
+
+def _lines_in(lines, ranges: list[list[int]], limit: int) -> list[tuple]:
+    """The first ``limit`` rows of ``lines`` within ``ranges`` (sorted, disjoint), by seq, read a window of
+    ranges at a time until ``limit`` rows are found."""
     rows, start, width = [], 0, CHUNK_WINDOW
     while start < len(ranges) and len(rows) < limit:
         window, start, width = ranges[start:start + width], start + width, min(2 * width, 256)
         within = Q()
         for lo, hi in window:
             within |= Q(seq__gte=lo, seq__lte=hi)
-        rows += lines.filter(within, seq__gt=after).order_by("seq").values_list(*FIELDS)[:limit - len(rows)]
+        rows += lines.filter(within).order_by("seq").values_list(*FIELDS)[:limit - len(rows)]
     return rows
 
 
@@ -357,19 +393,20 @@ def search_lines(job_id: int, query: str, after: int = -1, limit: int = 100, *, 
                  stream: str | None = None) -> list[Line]:
     """Lines containing ``query`` (case-insensitive) across the whole stored log, by seq.
 
-    The next ``PROBE`` lines in seq order first (a query that matches often is answered there), then the
-    search index for the rest: PostgreSQL's chunks of lines (jobs/0009), SQLite's FTS5 (jobs/0006). Queries
-    under 3 characters (no trigram) and databases without the index scan the job's lines."""
+    Through the search index: PostgreSQL's chunks of lines (jobs/0009), the next ``PROBE`` seqs' chunks in seq
+    order first; SQLite's FTS5 (jobs/0006), after reading the next ``PROBE`` lines in seq order (a query that
+    matches often is answered there, where the index would list its matches in every job's lines first).
+    Queries under 3 characters (no trigram) and databases without the index scan the job's lines."""
     if "\x00" in query and connection.vendor == "postgresql":
         return []  # PostgreSQL's text holds no NUL, and its driver refuses one in a parameter
     matching = _lines(job_id, rank, stream).filter(text__icontains=query)
     if len(query) < 3 or "\x00" in query or not (fts_ready() or chunks_ready()):  # FTS5 refuses a NUL
         rows = matching.filter(seq__gt=after).order_by("seq").values_list(*FIELDS)[:limit]
         return [Line(*row) for row in rows]
+    if connection.vendor == "postgresql":
+        return [Line(*row) for row in _chunk_lines(job_id, [query], matching, after, limit, PROBE)]
     rows = list(matching.filter(seq__gt=after, seq__lte=after + PROBE).order_by("seq").values_list(*FIELDS)[:limit])
-    if len(rows) < limit and connection.vendor == "postgresql":
-        rows += _chunk_lines(job_id, [query], matching, after + PROBE, limit - len(rows))
-    elif len(rows) < limit:
+    if len(rows) < limit:
         where, params = ["l.seq > %s", "l.text LIKE %s ESCAPE '\\'"], [after + PROBE, _like(query)]
         for column, value in (("rank", rank), ("stream", stream or None)):
             if value is not None:
@@ -388,21 +425,22 @@ def first_error(job_id: int) -> int | None:
 
     A planner answers ``ORDER BY seq LIMIT 1`` by walking the job's lines in order, hoping for an early
     match: for an error at 90 % of a 1,000,000-line log that read 900,000 rows (6 s, docs/BENCHMARKS.md
-    "Log search"). So the first ``FIRST_ERROR_PROBE`` lines are read in order (a log full of "error"
-    answers there), and the rest is looked up through the search index: PostgreSQL's chunks (jobs/0009),
-    whose first matching range in seq order holds the answer; SQLite's FTS5 (jobs/0006)."""
+    "Log search"). So the first ``FIRST_ERROR_PROBE`` seqs are looked at in order (a log full of "error"
+    answers there) and the rest through the search index: on PostgreSQL both through the chunks
+    (jobs/0009), whose first matching range in seq order holds the answer; on SQLite the lines themselves,
+    then FTS5 (jobs/0006)."""
     match = Q()
     for marker in ERROR_MARKERS:
         match |= Q(text__icontains=marker)
     matches = LogLine.objects.filter(match, job_id=job_id)
     if not (fts_ready() or chunks_ready()):
         return matches.order_by("seq").values_list("seq", flat=True).first()
+    if connection.vendor == "postgresql":
+        found = _chunk_lines(job_id, list(ERROR_MARKERS), matches, -1, 1, FIRST_ERROR_PROBE)
+        return found[0][0] if found else None
     first = matches.filter(seq__lt=FIRST_ERROR_PROBE).order_by("seq").values_list("seq", flat=True).first()
     if first is not None:
         return first
-    if connection.vendor == "postgresql":
-        found = _chunk_lines(job_id, list(ERROR_MARKERS), matches, FIRST_ERROR_PROBE - 1, 1)
-        return found[0][0] if found else None
     fts_query = " OR ".join(_fts_query(marker) for marker in ERROR_MARKERS)
     where = ["l.seq >= %s", "(" + " OR ".join(["l.text LIKE %s ESCAPE '\\'"] * len(ERROR_MARKERS)) + ")"]
     first_lines = _fts_lines(fts_query, job_id, where, [FIRST_ERROR_PROBE, *map(_like, ERROR_MARKERS)], 1)

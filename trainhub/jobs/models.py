@@ -251,6 +251,11 @@ class LogChunk(models.Model):
     last_seq = models.PositiveBigIntegerField()
     text = models.TextField()
 
+    class Meta:
+        # a job's chunks in seq order: search looks at the first few of them before it asks the trigram
+        # index (``logs._chunk_lines``), and retention deletes a seq range of them
+        indexes = [models.Index(fields=["job", "first_seq"], name="logchunk_job_first_seq")]
+
 
 class Metric(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
