@@ -43,6 +43,7 @@ CHUNKS = importlib.import_module("trainhub.jobs.migrations.0009_logchunk")
 INDEXES = {"job_name_trgm": importlib.import_module("trainhub.jobs.migrations.0005_log_and_name_search_indexes")
            .INDEXES["job_name_trgm"], CHUNKS.INDEX: CHUNKS.INDEX_SQL}
 FTS = importlib.import_module("trainhub.jobs.migrations.0006_logline_fts_sqlite")
+RANGES = importlib.import_module("trainhub.jobs.migrations.0011_job_log_id_range")
 FTS_SQL, FTS_DROP = FTS.SQL, FTS.DROP
 #: on every line of the four other jobs, on none of the big one's: searching the big job for it must not
 #: look at the other jobs' lines (or chunks) at all
@@ -165,6 +166,8 @@ def fill(ns: argparse.Namespace, vendor: str, pool):
             fill_lines(cursor, vendor, other.pk, ns.other_lines // len(others), None, OTHER_WORD)
         fill_jobs(cursor, vendor, others[0], [u.pk for u in users], ns.jobs)
     Job.objects.filter(pk=job.pk).update(log_lines=ns.lines)
+    with connection.cursor() as cursor:  # each job's line id range, as logs.append_lines keeps it (jobs/0011)
+        cursor.execute(f"{RANGES.FILL} WHERE id IN ({', '.join(str(j.pk) for j in [job, *others])})")
     job.refresh_from_db()
     fill_s = time.perf_counter() - started
     print(f"{vendor}: {ns.lines:,} lines in the job, {ns.other_lines:,} in four others, {ns.jobs:,} jobs, "

@@ -218,6 +218,34 @@ def test_sqlite_lines_not_yet_indexed_are_found_beside_indexed_ones_and_join_the
     assert used_the_index(captured)
 
 
+def test_sqlite_search_asks_the_index_for_the_jobs_line_ids_only_and_they_cover_every_line(job, small_probe):
+    """FTS5 holds every job's lines; a search asks it for the job's line id range (jobs/0011), which the writer keeps
+    for lines stored alone, in a group of several jobs' batches, and again after a retried batch."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's FTS5 index holds no job; PostgreSQL's chunks do")
+    other = Job.objects.create(owner=job.owner, name="other", mode="centralized", pool=job.pool, spec={})
+    store(job, 0, [f"filler {i}" for i in range(3 * PROBE)] + ["needle one"])
+    store(other, 0, ["needle elsewhere"] * (4 * PROBE))
+    logs._write([logs._Batch(job.pk, [(3 * PROBE + 1, 0, "o", "needle two")]),  # one group, two jobs
+                 logs._Batch(other.pk, [(4 * PROBE, 0, "o", "needle elsewhere")])])
+    store(job, 3 * PROBE + 2, ["needle three"])
+    store(job, 3 * PROBE + 2, ["needle three"])  # stored already (a retry after an outage): no new id
+    ids = {j.pk: list(LogLine.objects.filter(job=j).values_list("id", flat=True)) for j in (job, other)}
+    for j in (job, other):
+        j.refresh_from_db()
+        assert (j.log_first_id, j.log_last_id) == (min(ids[j.pk]), max(ids[j.pk]))
+    assert found(job, "needle") == {3 * PROBE, 3 * PROBE + 1, 3 * PROBE + 2}
+    assert found(other, "needle elsewhere", after=2 * PROBE) == set(range(2 * PROBE + 1, 4 * PROBE + 1))
+    Job.objects.filter(pk=job.pk).update(log_last_id=ids[job.pk][-2])  # the range is what bounds the index:
+    assert found(job, "needle") == {3 * PROBE, 3 * PROBE + 1}  # the line past it is not asked for
+    migration = importlib.import_module("trainhub.jobs.migrations.0011_job_log_id_range")
+    Job.objects.update(log_first_id=None, log_last_id=None)
+    with connection.cursor() as cursor:  # the migration's fill for lines stored before it
+        cursor.execute(migration.FILL)
+    job.refresh_from_db()
+    assert (job.log_first_id, job.log_last_id) == (min(ids[job.pk]), max(ids[job.pk]))
+
+
 def test_sqlite_index_is_rebuilt_when_line_ids_start_again(job, small_probe):
     if connection.vendor != "sqlite":
         pytest.skip("SQLite's FTS5 index")

@@ -156,6 +156,9 @@ def _insert(rows: list[tuple], counts: list[tuple[int, int]], *, copy: bool) -> 
     table, columns = q(LogLine._meta.db_table), ", ".join(q(c) for c in _COLUMNS)
     with transaction.atomic():
         with connection.cursor() as cursor:
+            if connection.vendor == "sqlite":  # holds the write lock from here: the ids past this are the group's
+                cursor.execute(f"SELECT coalesce(max(id), 0) FROM {table}")
+                before = cursor.fetchone()[0]
             if copy:  # psycopg's own call: its errors become Django's (IntegrityError, OperationalError) here
                 with connection.wrap_database_errors, cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as out:
                     for row in rows:
@@ -165,6 +168,16 @@ def _insert(rows: list[tuple], counts: list[tuple[int, int]], *, copy: bool) -> 
                                    f"ON CONFLICT ({q('job_id')}, {q('seq')}) DO NOTHING", rows)
             if connection.vendor == "sqlite":
                 fts_catch_up(FTS_CATCH_UP)  # the search index, in bulk (PostgreSQL's is kept by PostgreSQL)
+                # each job's line count and line id range (its search asks FTS5 for that range only: jobs/0011);
+                # ``+job_id``: the group's rows by id, not the job's whole (job, seq) index
+                cursor.execute(f"SELECT job_id, min(id), max(id) FROM {table} WHERE id > %s GROUP BY +job_id",
+                               [before])
+                ids = {job_id: (first, last) for job_id, first, last in cursor.fetchall()}
+                cursor.executemany(
+                    f"UPDATE {q(Job._meta.db_table)} SET log_lines = max(log_lines, %s), "
+                    f"log_first_id = coalesce(log_first_id, %s), log_last_id = coalesce(%s, log_last_id) "
+                    f"WHERE id = %s", [(n, *ids.get(job_id, (None, None)), job_id) for n, job_id in counts])
+                return
             # each job's line count; a plain statement, not the ORM's (1–2 ms of query building each)
             cursor.executemany(f"UPDATE {q(Job._meta.db_table)} SET {q('log_lines')} = %s "
                                f"WHERE {q('id')} = %s AND {q('log_lines')} < %s",
@@ -289,15 +302,21 @@ def _fts_lines(match: str, job_id: int, where: list[str], params: list, limit: i
     cond = " AND ".join(where)
     columns = "l.seq, l.rank, l.stream, l.text"
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT indexed_to FROM {FTS_STATE}")
-        mark = cursor.fetchone()[0]
+        cursor.execute(f"SELECT indexed_to, j.log_first_id, j.log_last_id FROM {FTS_STATE}, {Job._meta.db_table} AS j "
+                       f"WHERE j.id = %s", [job_id])
+        found = cursor.fetchone()
+        if found is None:  # no such job
+            return []
+        mark, first, last = found
         # the unary + keeps SQLite on the id range (at most FTS_CATCH_UP lines or so), not the job's lines
         cursor.execute(f"SELECT {columns} FROM jobs_logline AS l WHERE l.id > %s AND +l.job_id = %s AND {cond} "
                        f"ORDER BY l.seq LIMIT %s", [mark, job_id, *params, limit])
         late = cursor.fetchall()
+        # the job's line id range (jobs/0011): FTS5 seeks to it instead of listing every job's matches
         cursor.execute(f"SELECT {columns} FROM {FTS_TABLE} CROSS JOIN jobs_logline AS l ON l.id = {FTS_TABLE}.rowid "
-                       f"WHERE {FTS_TABLE} MATCH %s AND l.job_id = %s AND {cond} ORDER BY l.seq LIMIT %s",
-                       [match, job_id, *params, limit])
+                       f"WHERE {FTS_TABLE} MATCH %s AND {FTS_TABLE}.rowid >= %s AND {FTS_TABLE}.rowid <= %s "
+                       f"AND l.job_id = %s AND {cond} ORDER BY l.seq LIMIT %s",
+                       [match, first or 0, last if last is not None else mark, job_id, *params, limit])
         indexed = cursor.fetchall()
     return sorted({row[0]: row for row in indexed + late}.values())[:limit]  # the mark may move in between
 

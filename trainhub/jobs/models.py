@@ -71,6 +71,10 @@ class Job(models.Model):
     step = models.PositiveIntegerField(default=0)
     total_steps = models.PositiveIntegerField(default=0)
     log_lines = models.PositiveIntegerField(default=0)
+    # SQLite only: the smallest and largest id of the job's stored lines (``logs.append_lines`` keeps them), so
+    # its FTS5 search index, which holds every job's lines, is asked for this job's id range only
+    log_first_id = models.BigIntegerField(null=True, blank=True, editable=False)
+    log_last_id = models.BigIntegerField(null=True, blank=True, editable=False)
     metrics_note = models.CharField(max_length=300, blank=True,
                                     help_text="why fewer metric points are stored than the job logged (thinned past "
                                               "TRAINHUB_METRIC_MAX_POINTS), shown on its page")
