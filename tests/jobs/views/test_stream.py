@@ -5,6 +5,7 @@ import threading
 
 import httpx
 import pytest
+from django.db import connection
 
 from tests.asgi_server import AsgiServer, server_env, session_cookie, sse_events
 from tests.conftest import RedisServer, database_url, free_port
@@ -65,6 +66,15 @@ def finish(job) -> None:
     job.transition("succeeded", reason="test")
 
 
+def closing(fn, *args) -> None:
+    """``fn(*args)`` in a thread that then ends: its database connection is closed here, not left open until the
+    garbage collector finds it (on PostgreSQL it kept the test database from being dropped at the end)."""
+    try:
+        fn(*args)
+    finally:
+        connection.close()
+
+
 def read(web, job, cookies, *, stop_after: int | None = None, headers=None, params=None):
     """Read events until ``stop_after`` lines arrived or the ``end`` event; returns (seqs, end)."""
     seqs, end = [], None
@@ -89,7 +99,7 @@ def test_a_client_reconnecting_with_last_event_id_gets_every_line_once(web, job,
     first, _ = read(web, job, cookies, stop_after=120)
     emit(job, 300, 200)  # printed while the client was away
     second, _ = read(web, job, cookies, stop_after=380, headers={"Last-Event-ID": str(first[-1])})
-    finisher = threading.Timer(0.5, lambda: (emit(job, 500, 50), finish(job)))
+    finisher = threading.Timer(0.5, closing, (lambda: (emit(job, 500, 50), finish(job)),))
     finisher.start()
     third, end = read(web, job, cookies, headers={"Last-Event-ID": str(second[-1])})
     finisher.join()
@@ -113,7 +123,7 @@ def test_lines_printed_while_following_arrive_live_and_the_stream_ends_when_the_
             emit(job, batch * 20, 20)
         finish(job)
 
-    producer = threading.Timer(1.0, produce)
+    producer = threading.Timer(1.0, closing, (produce,))
     producer.start()
     seqs, end = read(web, job, cookies)
     producer.join()
@@ -327,8 +337,8 @@ def test_many_open_live_logs_share_a_few_database_connections(start_web, job, co
                 await asyncio.sleep(0.05)
             held = _database_connections(web.proc.pid)  # every stream open and past its first reads
             ready.set()
-            await asyncio.to_thread(emit, job, 5, 5)
-            await asyncio.to_thread(finish, job)
+            await asyncio.to_thread(closing, emit, job, 5, 5)
+            await asyncio.to_thread(closing, finish, job)
             await asyncio.gather(*tasks)
         return got, held
 
