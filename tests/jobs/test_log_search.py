@@ -152,7 +152,7 @@ def test_a_query_answered_within_the_probe_does_not_ask_the_trigram_index(job, s
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's chunk index; SQLite's FTS5 holds no job id")
-def test_the_trigram_index_is_asked_for_this_jobs_chunks_only(job, small_probe):
+def test_postgres_the_trigram_index_is_asked_for_this_jobs_chunks_only(job, small_probe):
     """btree_gin compares a bigint job id only with a bigint: given an integer, the index left the job out of its
     condition and rechecked every job's matching chunks (3x the time for a phrase only other jobs hold,
     docs/BENCHMARKS.md "Log search")."""
