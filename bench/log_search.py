@@ -166,8 +166,9 @@ def fill(ns: argparse.Namespace, vendor: str, pool):
             fill_lines(cursor, vendor, other.pk, ns.other_lines // len(others), None, OTHER_WORD)
         fill_jobs(cursor, vendor, others[0], [u.pk for u in users], ns.jobs)
     Job.objects.filter(pk=job.pk).update(log_lines=ns.lines)
-    with connection.cursor() as cursor:  # each job's line id range, as logs.append_lines keeps it (jobs/0011)
-        cursor.execute(f"{RANGES.FILL} WHERE id IN ({', '.join(str(j.pk) for j in [job, *others])})")
+    if vendor == "sqlite":  # each job's line id range, as logs.append_lines keeps it there (jobs/0011)
+        with connection.cursor() as cursor:
+            cursor.execute(f"{RANGES.FILL} WHERE id IN ({', '.join(str(j.pk) for j in [job, *others])})")
     job.refresh_from_db()
     fill_s = time.perf_counter() - started
     print(f"{vendor}: {ns.lines:,} lines in the job, {ns.other_lines:,} in four others, {ns.jobs:,} jobs, "

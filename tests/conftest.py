@@ -1,6 +1,7 @@
 """Shared fixtures: a real Redis server and real Celery workers in subprocesses."""
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import signal
@@ -63,8 +64,6 @@ def django_db_setup(django_db_setup):
     PostgreSQL an open session keeps the database from being dropped (a warning at the end of every pass). A
     connection still referenced is not freed here, so a real leak still shows."""
     yield
-    import gc
-
     gc.collect()
 
 

@@ -168,20 +168,22 @@ def _insert(rows: list[tuple], counts: list[tuple[int, int]], *, copy: bool) -> 
                                    f"ON CONFLICT ({q('job_id')}, {q('seq')}) DO NOTHING", rows)
             if connection.vendor == "sqlite":
                 fts_catch_up(FTS_CATCH_UP)  # the search index, in bulk (PostgreSQL's is kept by PostgreSQL)
-                # each job's line count and line id range (its search asks FTS5 for that range only: jobs/0011);
-                # ``+job_id``: the group's rows by id, not the job's whole (job, seq) index
-                cursor.execute(f"SELECT job_id, min(id), max(id) FROM {table} WHERE id > %s GROUP BY +job_id",
-                               [before])
-                ids = {job_id: (first, last) for job_id, first, last in cursor.fetchall()}
-                cursor.executemany(
-                    f"UPDATE {q(Job._meta.db_table)} SET log_lines = max(log_lines, %s), "
-                    f"log_first_id = coalesce(log_first_id, %s), log_last_id = coalesce(%s, log_last_id) "
-                    f"WHERE id = %s", [(n, *ids.get(job_id, (None, None)), job_id) for n, job_id in counts])
-                return
-            # each job's line count; a plain statement, not the ORM's (1–2 ms of query building each)
-            cursor.executemany(f"UPDATE {q(Job._meta.db_table)} SET {q('log_lines')} = %s "
-                               f"WHERE {q('id')} = %s AND {q('log_lines')} < %s",
-                               [(n, job_id, n) for n, job_id in counts])
+                _count_sqlite(cursor, table, before, counts)
+            else:  # each job's line count; a plain statement, not the ORM's (1–2 ms of query building each)
+                cursor.executemany(f"UPDATE {q(Job._meta.db_table)} SET {q('log_lines')} = %s "
+                                   f"WHERE {q('id')} = %s AND {q('log_lines')} < %s",
+                                   [(n, job_id, n) for n, job_id in counts])
+
+
+def _count_sqlite(cursor, table: str, before: int, counts: list[tuple[int, int]]) -> None:
+    """Each job's line count and line id range on SQLite (its search asks FTS5 for that range only: jobs/0011),
+    from the rows past id ``before``: this transaction's, as it holds SQLite's write lock. ``+job_id``: those rows
+    by id, not the job's whole (job, seq) index."""
+    cursor.execute(f"SELECT job_id, min(id), max(id) FROM {table} WHERE id > %s GROUP BY +job_id", [before])
+    ids = {job_id: (first, last) for job_id, first, last in cursor.fetchall()}
+    cursor.executemany(f"UPDATE {connection.ops.quote_name(Job._meta.db_table)} SET log_lines = max(log_lines, %s), "
+                       f"log_first_id = coalesce(log_first_id, %s), log_last_id = coalesce(%s, log_last_id) "
+                       f"WHERE id = %s", [(n, *ids.get(job_id, (None, None)), job_id) for n, job_id in counts])
 
 
 def _publish(group: list[_Batch]) -> None:
