@@ -162,14 +162,16 @@ def start_worker(live_settings, transactional_db, tmp_path):
         worker.stop()
 
 
-def wait_for(predicate, timeout: float = 60, interval: float = 0.2, message: str = "condition"):
+def wait_for(predicate, timeout: float = 60, interval: float = 0.2, message="condition"):
+    """``predicate()`` once it is truthy. ``message`` names what was awaited; a callable is called
+    only on a timeout, so it can show what a process printed by then (a worker's log, a job's row)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {message() if callable(message) else message}")
 
 
 def wait_for_checkpoints(runs_dir, job_id: int, count: int = 1, timeout: float = 120) -> None:

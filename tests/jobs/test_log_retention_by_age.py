@@ -98,6 +98,6 @@ def test_a_workers_heartbeat_prunes_old_logs_by_itself(live_settings, transactio
     old, recent = ended(user, cpu_pool, "old", days_ago=45), ended(user, cpu_pool, "recent", days_ago=5)
     worker = start_worker("cpu", extra_env={"TRAINHUB_LOG_RETENTION_DAYS": "30", "TRAINHUB_HEARTBEAT_SECONDS": "1"})
     wait_for(lambda: LogLine.objects.filter(job=old).count() == 1, timeout=90,
-             message=f"the heartbeat to prune the old log: {worker.output()[-1500:]}")
+             message=lambda: f"the heartbeat to prune the old log: {worker.output()[-1500:]}")
     assert LogLine.objects.get(job=old).text.startswith(retention.PRUNED)
     assert LogLine.objects.filter(job=recent).count() == 3_000

@@ -24,7 +24,7 @@ def test_the_command_delivers_a_row_left_pending_and_stops_on_sigterm(running_jo
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: NotificationDelivery.objects.filter(pk=row.pk, status="sent").exists(), timeout=60,
-                 message=f"the delivery ({log.read_text(errors='replace')[-2000:]})")
+                 message=lambda: f"the delivery ({log.read_text(errors='replace')[-2000:]})")
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

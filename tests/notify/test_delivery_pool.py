@@ -7,9 +7,11 @@ import time
 import pytest
 from django.db.backends.signals import connection_created
 
+from tests.conftest import wait_for
 from trainhub.jobs.models import Job
 from trainhub.notify import services
 from trainhub.notify.models import NotificationDelivery, NotifySettings
+from trainhub.notify.pool import POOL
 from trainhub.runs.lifecycle import Outcome, job_finish
 
 pytestmark = [pytest.mark.usefixtures("allow_local_hooks"), pytest.mark.slow]  # the receivers listen on 127.0.0.1
@@ -117,3 +119,28 @@ def test_a_hanging_mail_server_does_not_delay_the_webhooks(running_job, receiver
             ("failed", "failed: the mail server did not take it (an administrator can see why)")}
     finally:
         server.close()
+
+
+def test_a_pool_started_again_while_a_try_of_its_last_start_hangs_runs_no_more_threads_than_its_size(
+        running_job, receiver, settings):
+    """A worker stopping waits for no try (``stop(timeout=0)``); a thread still in a try then must end
+    after it, even once the pool has been started again, or the process delivers on one thread more
+    than it may — with settings and a connection of its own nobody stops."""
+    settings.TRAINHUB_NOTIFY_WEBHOOK_THREADS, settings.TRAINHUB_NOTIFY_EMAIL_THREADS = 1, 1
+    settings.TRAINHUB_NOTIFY_POLL_SECONDS = 0.1
+    hook = receiver(hold=True)  # the first request hangs until released
+    NotifySettings.objects.create(user=running_job.owner, webhook_url=hook.url, events=["failed"])
+    assert job_finish(running_job(), Outcome("failed", 1, "exit code 1"))
+    wait_for(lambda: hook.requests, timeout=30, message="the first request")
+
+    POOL.stop(timeout=0.2)  # its webhook thread is still waiting for the receiver
+    POOL.start()
+    hook.release.set()
+    assert job_finish(running_job(), Outcome("failed", 1, "exit code 1"))
+    wait_for(lambda: NotificationDelivery.objects.filter(status="sent").count() == 2, timeout=30,
+             message=lambda: f"both deliveries ({list(NotificationDelivery.objects.values('status', 'result'))})")
+    time.sleep(1)  # ten polls: a thread of the first start that went on polling would still be here
+
+    assert sorted(t.name for t in threading.enumerate() if t.name.startswith("notify-")) == [
+        "notify-email-0", "notify-webhook-0"]
+    assert len(hook.requests) == 2

@@ -1,6 +1,7 @@
 """A delivery survives the death of the process delivering it: a real Celery worker runs a job, its
 webhook fails, the worker is SIGKILLed, and the worker started after it delivers the webhook."""
 import signal
+import threading
 import time
 
 import pytest
@@ -25,6 +26,18 @@ def _submit(user_client, hook) -> int:
     return response.json()["id"]
 
 
+def _state(job_id: int, hook, worker) -> str:
+    """What a timed-out wait saw: the job, its outbox rows, the receiver's requests, the worker's log."""
+    from trainhub.jobs.models import Job
+    job = Job.objects.filter(pk=job_id).values("status", "attempt", "error").first()
+    rows = list(NotificationDelivery.objects.filter(job_id=job_id).values(
+        "status", "attempts", "claimed_until", "next_attempt_at", "result"))
+    codes = [r["code"] for r in hook.requests]
+    mine = [t.name for t in threading.enumerate() if t.name.startswith("notify-")]  # this process's pollers
+    return (f"job {job}, deliveries {rows}, receiver answered {codes}, delivery threads in the test process {mine}; "
+            f"worker: {worker.output()[-2000:]}")
+
+
 def _kill(worker) -> None:
     worker.stop(sig=signal.SIGKILL)
     assert worker.proc.returncode == -signal.SIGKILL
@@ -39,7 +52,7 @@ def test_a_webhook_waiting_for_its_retry_when_the_worker_is_killed_is_delivered_
     job_id = _submit(user_client, hook)
     waiting = wait_for(lambda: NotificationDelivery.objects.filter(job_id=job_id, attempts=1, status="pending",
                                                                     claimed_until=None).first(),
-                       timeout=180, message=f"the first failed try ({worker.output()[-2000:]})")
+                       timeout=180, message=lambda: f"the first failed try ({_state(job_id, hook, worker)})")
     assert not POOL.running  # the worker is the only process delivering: this test's own process is not
 
     _kill(worker)  # during the wait before the second try
@@ -50,7 +63,7 @@ def test_a_webhook_waiting_for_its_retry_when_the_worker_is_killed_is_delivered_
 
     restarted = start_worker("cpu", extra_env=ENV)
     wait_for(lambda: NotificationDelivery.objects.filter(pk=waiting.pk, status="sent").exists(), timeout=120,
-             message=f"the delivery after the restart ({restarted.output()[-2000:]})")
+             message=lambda: f"the delivery after the restart ({_state(job_id, hook, restarted)})")
     time.sleep(3)  # long enough for a duplicate to show up, were there one
 
     assert [r["code"] for r in hook.requests] == [500, 500, 200]  # delivered exactly once
@@ -68,7 +81,7 @@ def test_a_webhook_whose_worker_is_killed_mid_request_is_sent_again_with_the_sam
     env = {**ENV, "TRAINHUB_NOTIFY_CLAIM_SECONDS": "4"}  # a try holds its row for 4 s
     worker = start_worker("cpu", extra_env=env)
     job_id = _submit(user_client, hook)
-    wait_for(lambda: hook.requests, timeout=180, message=f"the first request ({worker.output()[-2000:]})")
+    wait_for(lambda: hook.requests, timeout=180, message=lambda: f"the first request ({_state(job_id, hook, worker)})")
 
     _kill(worker)  # while the receiver is still answering
     hook.release.set()
@@ -77,7 +90,7 @@ def test_a_webhook_whose_worker_is_killed_mid_request_is_sent_again_with_the_sam
 
     restarted = start_worker("cpu", extra_env=env)  # takes the row over once its claim ran out
     wait_for(lambda: NotificationDelivery.objects.filter(pk=delivery.pk, status="sent").exists(), timeout=120,
-             message=f"the delivery after the restart ({restarted.output()[-2000:]})")
+             message=lambda: f"the delivery after the restart ({_state(job_id, hook, restarted)})")
     time.sleep(3)
 
     assert len(hook.requests) == 2

@@ -16,7 +16,7 @@ def test_the_webhook_fires_when_a_job_succeeds_on_a_worker(start_worker, cpu_poo
     assert response.status_code == 201, response.content
     job_id = response.json()["id"]
 
-    wait_for(lambda: hook.requests, timeout=180, message=f"the webhook ({worker.output()[-2000:]})")
+    wait_for(lambda: hook.requests, timeout=180, message=lambda: f"the webhook ({worker.output()[-2000:]})")
     body = hook.requests[0]["json"]
     assert (body["id"], body["status"], body["exit_code"], body["owner"]) == (job_id, "succeeded", 0, "alice")
     delivery = wait_for(lambda: NotificationDelivery.objects.filter(job_id=job_id, status="sent").first(),

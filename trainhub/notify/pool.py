@@ -36,6 +36,8 @@ class DeliveryPool:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._wake = {channel: threading.Event() for channel in CHANNELS}
+        # each start's threads get a stop event of their own: a thread that outlived stop()'s wait
+        # (a try still hanging) ends after that try even when the pool has been started again since
         self._stop = threading.Event()
         self._busy = 0
 
@@ -43,8 +45,8 @@ class DeliveryPool:
         with self._lock:
             if any(t.is_alive() for t in self._threads):
                 return
-            self._stop.clear()
-            self._threads = [threading.Thread(target=self._run, args=(channel, i == 0), daemon=True,
+            self._stop = threading.Event()
+            self._threads = [threading.Thread(target=self._run, args=(channel, i == 0, self._stop), daemon=True,
                                               name=f"notify-{channel}-{i}")
                              for channel in CHANNELS for i in range(_size(channel))]
             for thread in self._threads:
@@ -74,11 +76,11 @@ class DeliveryPool:
     def busy(self) -> int:
         return self._busy
 
-    def _run(self, channel: str, polls: bool) -> None:
+    def _run(self, channel: str, polls: bool, stop: threading.Event) -> None:
         poll = getattr(settings, "TRAINHUB_NOTIFY_POLL_SECONDS", 5.0)
         wake = self._wake[channel]
         try:
-            while not self._stop.is_set():
+            while not stop.is_set():
                 try:
                     delivery = outbox.claim(channel)
                     if delivery is not None:
