@@ -17,7 +17,10 @@ from trainhub.runs.models import GangMember
 pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]  # its rows: tests/crosssite/test_takeover.py, test_api.py run on PostgreSQL
 # a lost site starts again after 5 s: the surviving site syncs alone as soon as the lost site's
 # heartbeat lapses (seconds), and a short pause keeps the survivor from training far ahead alone
-LOCAL = {"TRAINHUB_WORKER_ADDRESS": "127.0.0.1", "TRAINHUB_SITE_RESTART_SECONDS": "5"}
+# the sites share this machine's two cores (real sites each have machines of their own): one OpenMP
+# thread per rank, or their threads spin against each other (a step of the 1,024-wide MLP below took
+# 97 ms with two threads per site, 31 ms with one)
+LOCAL = {"TRAINHUB_WORKER_ADDRESS": "127.0.0.1", "TRAINHUB_SITE_RESTART_SECONDS": "5", "OMP_NUM_THREADS": "1"}
 POOLS = ("lab-a", "cloud-b")
 
 
@@ -100,8 +103,9 @@ def metric_values(job, name) -> list[float]:
 def test_a_killed_site_is_restarted_heals_from_its_peer_and_both_end_with_identical_weights(
         site_workers, user, live_settings):
     # timeout 10 s: a sync the dead site was in fails within 10 s. lab-a must still be training when
-    # cloud-b is back: alone it trains ~125 steps/s on an idle machine (it ended 800 steps before
-    # cloud-b returned once), so 3,000 steps; every 50 keeps the two-site part short on a loaded one
+    # cloud-b is back: alone (while cloud-b restarted, 30 s on an idle machine) it trained ~25 steps/s
+    # (once, at 800 steps, it ended before cloud-b returned), so 3,000 steps leave room for a restart
+    # four times as slow; every 50 keeps the two-site part short on a loaded one
     job = job_submit(owner=user, data=spec(max_restarts=1, model={"name": "mlp", "hidden": 1024, "layers": 2},
                                            train={"max_steps": 3000, "epochs": 1000, "log_every_steps": 10},
                                            sync={"algorithm": "diloco", "every": 50, "timeout_seconds": 10}))

@@ -25,7 +25,7 @@ from trainhub.runs.models import GangMember
 pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
 # leases of 5 s, beats of 1 s: a dead worker is noticed within ~6 s; its guard stops its processes in 1 s
 ENV = {"TRAINHUB_WORKER_ADDRESS": "127.0.0.1", "TRAINHUB_LEASE_SECONDS": "5", "TRAINHUB_HEARTBEAT_SECONDS": "1",
-       "TRAINHUB_GUARD_GRACE_SECONDS": "1"}
+       "TRAINHUB_GUARD_GRACE_SECONDS": "1", "OMP_NUM_THREADS": "1"}  # one thread per rank: the sites share 2 cores
 NAMES = ("lab-a@test", "cloud-b@test", "cloud-b-2@test")
 
 

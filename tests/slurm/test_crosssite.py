@@ -21,7 +21,8 @@ from trainhub.runs.models import GangMember
 pytestmark = [pytest.mark.slow, pytest.mark.db_agnostic]
 # a lost site waits 5 s before it starts again: the page's live channel (about one read a second,
 # two while the log is quiet) shows that "lost, restarting in N s" for sure
-LOCAL = {"TRAINHUB_WORKER_ADDRESS": "127.0.0.1", "TRAINHUB_SITE_RESTART_SECONDS": "5"}
+# one OpenMP thread per rank: both sites share this machine (tests/crosssite/test_jobs.py)
+LOCAL = {"TRAINHUB_WORKER_ADDRESS": "127.0.0.1", "TRAINHUB_SITE_RESTART_SECONDS": "5", "OMP_NUM_THREADS": "1"}
 
 
 def spec(**train) -> dict:
@@ -190,7 +191,9 @@ def test_a_slurm_sites_worker_killed_is_replaced_the_lost_workers_slurm_job_canc
            for name in ("hpc@test", "hpc-2@test")}
     wait_for(lambda: Worker.objects.filter(hostname__in=["lab-a@test", *hpc]).count() == 3,
              message="the three workers to register")
-    job_id = submit(user_client, spec(max_steps=600))
+    # ~100 steps/s here on an idle machine with one thread per rank: the old Slurm job trains on with lab-a
+    # until the spare has taken over (a lapsed lease, then scancel), so 3,000 steps outlast that
+    job_id = submit(user_client, spec(max_steps=3000))
     wait_for(lambda: synced(job_id, "hpc/sync_outer_step") >= 1, timeout=120,
              message=f"the Slurm site to sync once: {log_text(job_id)[-3000:]}")
     holder = GangMember.objects.select_related("worker").get(job_id=job_id, node_rank=1).worker.hostname
@@ -209,8 +212,8 @@ def test_a_slurm_sites_worker_killed_is_replaced_the_lost_workers_slurm_job_canc
     mark = GangMember.objects.get(job_id=job_id, node_rank=1).metric_mark
     assert Metric.objects.filter(job_id=job_id, name="hpc/sync_participants", value=2, pk__gt=mark).exists()
     runs = live_settings.TRAINHUB_RUNS_DIR
-    assert sites.same_weights(sites.final_weights(runs / f"job-{job_id}", 600),
-                              sites.final_weights(runs / f"job-{job_id}-site-hpc", 600))
+    assert sites.same_weights(sites.final_weights(runs / f"job-{job_id}", 3000),
+                              sites.final_weights(runs / f"job-{job_id}-site-hpc", 3000))
     # the lost worker's batch job was cancelled by the one taking over, the new one ran to the end
     history = slurm_site_history(slurm_cluster_handle, job_id)
     assert [(slurm_id == first[0], state) for slurm_id, state in history] == [(True, "CANCELLED"), (False, "COMPLETED")]
