@@ -82,12 +82,16 @@ def test_a_later_users_job_starts_next_on_a_real_one_slot_worker(start_worker, c
     bob = django_user_model.objects.create_user("bob")
     start_worker("cpu", slots=1, name="fair1@test")
     online("fair1@test")
-    blocker = job_submit(owner=user, data={**TINY, "train": {"epochs": 1}})
-    wait_for(lambda: Job.objects.get(pk=blocker.pk).status != "queued", timeout=120, message="alice's job to start")
+    # alice's first job holds the one slot until bob's job is queued, however long queueing her 250
+    # takes (a 1-epoch job once ended meanwhile, and her next job took the free slot before bob asked)
+    blocker = job_submit(owner=user, data={**TINY, "train": {"epochs": 100000}})
+    wait_for(lambda: Job.objects.get(pk=blocker.pk).status == "running", timeout=120, message="alice's job to start")
     with monkeypatch.context() as quiet:  # queued without run messages: the claim still sees them all
         quiet.setattr("trainhub.jobs.services.job_enqueue", lambda job: None)
         alices = queue(user, 250)
     bobs = job_submit(owner=bob, data=TINY)
+    assert Job.objects.get(pk=blocker.pk).status == "running"  # the slot was still alice's when bob asked
+    job_cancel(Job.objects.get(pk=blocker.pk))  # the slot frees: who gets it next?
     wait_for(lambda: Job.objects.get(pk=bobs.pk).status == "succeeded", timeout=180, message="bob's job to finish")
     bob_started = Job.objects.get(pk=bobs.pk).started_at
     alice_started = Job.objects.filter(pk__in=[j.pk for j in alices], started_at__isnull=False)

@@ -87,8 +87,9 @@ class DeliveryPool:
                         wake.set()  # there may be more: let an idle thread of this channel look too
                         self._deliver(delivery)
                         continue
-                    # one thread per channel polls; the others sleep until woken (or a minute)
-                    wait = outbox.seconds_to_next(channel, poll if polls else 60.0)
+                    # one thread per channel polls; the others sleep until woken (or a minute, or
+                    # the poll interval when that is longer: none looks more often than the poller)
+                    wait = outbox.seconds_to_next(channel, poll if polls else max(poll, 60.0))
                 except DB_ERRORS as exc:  # the database is away: keep the thread, look again later
                     log.warning("notification delivery (%s): database unavailable (%s); looking again in %.0f s",
                                 channel, exc, poll)
