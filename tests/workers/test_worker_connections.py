@@ -32,8 +32,8 @@ def run(user, name: str) -> None:
 
 
 def test_a_worker_runs_job_after_job_without_opening_a_connection_for_each(start_worker, cpu_pool, user):
-    # its notification threads reconnect at each look, every 60 s by default whether or not they poll:
-    # 600 s keeps them out of a count whose jobs took over a minute on a loaded machine (16 sessions once)
+    # its notification threads reconnect at each look; with a 600 s poll none looks during the count
+    # (the threads that do not poll used to look every 60 s whatever the poll: 16 sessions once, loaded)
     start_worker("cpu", extra_env={"TRAINHUB_NOTIFY_POLL_SECONDS": "600"})
     run(user, "warm-up")  # the worker's threads open their connections
     before = _sessions()
