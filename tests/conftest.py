@@ -211,6 +211,20 @@ def job_processes(job_id: int) -> list:
 
 
 @pytest.fixture
+def proxy():
+    """A TCP proxy in front of the test's PostgreSQL (``tests.faults.helpers.TcpProxy``): point a process
+    at it (``helpers.through``) and ``down()`` cuts that process off its database."""
+    from django.db import connection
+
+    from tests.faults.helpers import TcpProxy
+
+    sd = connection.settings_dict
+    proxy = TcpProxy((sd["HOST"] or "127.0.0.1", int(sd["PORT"] or 5432)))
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture
 def cpu_pool(db):
     from trainhub.pools.models import WorkerPool
 

@@ -4,6 +4,7 @@ import socket
 import threading
 from pathlib import Path
 
+from tests.conftest import database_url
 from trainhub.jobs.logs import iter_all
 from trainhub.pools.models import Workspace
 
@@ -138,3 +139,9 @@ class TcpProxy:
         self.closed = True
         self.down()
         self._close(self.listener)
+
+
+def through(proxy: TcpProxy) -> str:
+    """The test database's URL with the proxy's port (the ``proxy`` fixture: PostgreSQL only)."""
+    head, name = database_url().rsplit("/", 1)
+    return f"{head.rsplit(':', 1)[0]}:{proxy.port}/{name}"

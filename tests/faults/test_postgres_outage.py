@@ -11,8 +11,8 @@ import time
 import pytest
 from django.db import connection, connections
 
-from tests.conftest import database_url, wait_for
-from tests.faults.helpers import TcpProxy, assert_ticks_complete, script, team_workspace
+from tests.conftest import wait_for
+from tests.faults.helpers import assert_ticks_complete, script, team_workspace, through
 from trainhub.runs.lifecycle import Outcome, job_finish
 from trainhub.jobs.logs import iter_all
 from trainhub.jobs.models import Job, JobEvent, Status
@@ -28,20 +28,6 @@ pytestmark = pytest.mark.skipif(connection.vendor != "postgresql",
 SHORT_OUTAGE = 8
 #: seconds cut off in the second case: more than its lease (6 s)
 LONG_OUTAGE = 14
-
-
-@pytest.fixture
-def proxy():
-    sd = connection.settings_dict
-    proxy = TcpProxy((sd["HOST"] or "127.0.0.1", int(sd["PORT"] or 5432)))
-    yield proxy
-    proxy.close()
-
-
-def through(proxy: TcpProxy) -> str:
-    """The test database's URL with the proxy's port."""
-    head, name = database_url().rsplit("/", 1)
-    return f"{head.rsplit(':', 1)[0]}:{proxy.port}/{name}"
 
 
 def history(job_id: int) -> list[tuple[str, str]]:

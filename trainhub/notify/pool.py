@@ -17,6 +17,7 @@ import threading
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
+from django.utils import timezone
 
 from trainhub.notify import outbox
 from trainhub.notify.models import NotificationDelivery as Delivery
@@ -85,7 +86,7 @@ class DeliveryPool:
                     delivery = outbox.claim(channel)
                     if delivery is not None:
                         wake.set()  # there may be more: let an idle thread of this channel look too
-                        self._deliver(delivery)
+                        self._deliver(delivery, stop)
                         continue
                     # one thread per channel polls; the others sleep until woken (or a minute, or
                     # the poll interval when that is longer: none looks more often than the poller)
@@ -106,16 +107,39 @@ class DeliveryPool:
         finally:
             connection.close()
 
-    def _deliver(self, delivery: Delivery) -> None:
+    def _deliver(self, delivery: Delivery, stop: threading.Event) -> None:
         with self._lock:
             self._busy += 1
         try:
-            status = outbox.record(delivery, outbox.send(delivery))
+            status = self._record(delivery, outbox.send(delivery), stop)
             if status == Delivery.State.PENDING:
                 self._wake[delivery.channel].set()  # a retry is due soon: recompute the wait
         finally:
             with self._lock:
                 self._busy -= 1
+
+    @staticmethod
+    def _record(delivery: Delivery, outcome, stop: threading.Event) -> str:
+        """Store a try's answer. The answer is known once the try is made, so a database that is away
+        for a moment (a dropped connection, a locked SQLite file) is tried again while the row is still
+        this process's (its claim): a lost answer means the message is sent again once the claim runs
+        out, minutes later, and a delivered one arrives twice."""
+        pause = 0.25
+        while True:
+            try:
+                return outbox.record(delivery, outcome)
+            except DB_ERRORS as exc:
+                left = (delivery.claimed_until - timezone.now()).total_seconds() if delivery.claimed_until else 0
+                if left <= pause or stop.is_set():
+                    raise
+                log.warning("delivery %s: could not record its answer (%s): the database is unavailable (%s); "
+                            "trying again while the claim lasts (%.0f s)", delivery.pk, outcome.result, exc, left)
+                try:
+                    connection.close()  # the next try opens a new connection
+                except DB_ERRORS:
+                    pass
+                stop.wait(pause)
+                pause = min(2 * pause, 5.0)
 
 
 POOL = DeliveryPool()
