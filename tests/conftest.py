@@ -249,6 +249,7 @@ def _fast_password_hashing(settings):
 
 # The other database's half of a fault test is an expected skip: `make test` runs the suite on both.
 DATABASE_VARIANTS = {"sqlite": ("tests/faults/test_postgres_outage.py",
+                               "tests/notify/test_outbox_database_outage.py",  # cuts PostgreSQL's connections
                                "tests/workers/test_worker_connections.py",  # counts PostgreSQL's sessions
                                # PostgreSQL's chunk index (SQLite's FTS5 is tested beside them)
                                "tests/jobs/test_log_search.py::test_postgres_"),
