@@ -64,6 +64,7 @@ class Runner:
         self.saved_step = -1
         self.last_metrics: dict[str, float] = {}
         self.stop_check = (0, 0, time.monotonic())  # next step to check, last checked step, when
+        self._quiet = (0, 0)  # steps strictly between these two have nothing due but the stop check
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> dict[str, float]:
@@ -122,6 +123,7 @@ class Runner:
                         break
         if self.step > self.saved_step:
             self._checkpoint()
+        self.reporter.flush()
         with s.full_params():
             fence.check(self.args.run_dir)
             for artifact in wl.finish(s.raw_model, self.is_main):
@@ -131,7 +133,13 @@ class Runner:
     def _after_step(self, grad_norm: float | None, window: "Window") -> None:
         spec = self.spec
         self.step = self.strategy.aligned_step(self.step + 1)
+        measured = self.strategy.take_metrics()
         epoch_done = self.micro >= self.micro_per_epoch
+        if self._quiet[0] < self.step < self._quiet[1] and not (epoch_done or measured):
+            # Most steps: no window, evaluation, checkpoint or epoch end falls on them (the checks below
+            # would all say no); a step that went back (a cross-site round dropped) takes the long way.
+            self._stop_if_requested()
+            return
         last = self.step >= self.total_steps
         values: dict[str, float] = {}
         if self.step % spec.train.log_every_steps == 0 or epoch_done or last:
@@ -139,7 +147,7 @@ class Runner:
         eval_every = spec.train.eval_every_steps
         if (eval_every and self.step % eval_every == 0) or (not eval_every and epoch_done) or last:
             values.update(self._evaluate())
-        values.update(self.strategy.take_metrics())
+        values.update(measured)
         if values:
             self.reporter.window(self.step, self.total_steps, self.epoch, values)
             shown = " ".join(f"{k}={v:.0f}" if abs(v) >= 1000 else f"{k}={v:.4g}" for k, v in values.items())
@@ -149,6 +157,16 @@ class Runner:
         every = spec.checkpoint.every_steps
         if every and self.step % every == 0:
             self._checkpoint()
+        self._quiet = (self.step, self._next_due(self.step))
+        self._stop_if_requested()
+
+    def _next_due(self, step: int) -> int:
+        """The first step after ``step`` on which a log window, an evaluation or a checkpoint falls."""
+        t, every = self.spec.train, self.spec.checkpoint.every_steps
+        due = [(step // n + 1) * n for n in (t.log_every_steps, t.eval_every_steps, every) if n]
+        return min(due + [self.total_steps])
+
+    def _stop_if_requested(self) -> None:
         if self._stop_requested():
             if self.step > self.saved_step:
                 self._checkpoint()
@@ -169,6 +187,7 @@ class Runner:
         return values
 
     def _evaluate(self) -> dict[str, float]:
+        self.reporter.flush()  # held windows go out before what may take a while
         self.model.eval()
         batches = (to_device(b, self.device, self.strategy.input_dtype) for b in self.val_loader)
         metrics = self.workload.evaluate(self.model, batches)
@@ -177,6 +196,7 @@ class Runner:
         return metrics
 
     def _checkpoint(self) -> None:
+        self.reporter.flush()
         state = {"step": self.step, "epoch": self.epoch, "micro": self.micro}
         path = checkpoint.save(self.strategy, self.args.run_dir, self.step, state, self.spec,
                                self.spec.checkpoint.keep_last)
@@ -251,6 +271,10 @@ class LRSchedule:
     def __init__(self, train, total_steps: int):
         self.kind, self.warmup, self.total = train.scheduler, train.warmup_steps, max(1, total_steps)
 
+    def steady_from(self) -> int | None:
+        """The step from which the factor stays the same (None: it changes to the end of the run)."""
+        return self.warmup if self.kind == "constant" else None
+
     def __call__(self, step: int) -> float:
         if step < self.warmup:
             return (step + 1) / self.warmup
@@ -265,7 +289,12 @@ class LRSchedule:
 class Scheduler(torch.optim.lr_scheduler.LambdaLR):
     """torch's ``LambdaLR`` (same state, same checkpoints) with a lighter ``step()``: torch's goes through
     its order checks, a context manager and ``get_lr()``'s own checks every step, ~2x the cost of setting
-    the rates. The first step, a step to a given epoch and tensor learning rates still take torch's path."""
+    the rates. The first step, a step to a given epoch and tensor learning rates still take torch's path.
+    Once a schedule's factor no longer changes (a constant one after its warm-up), a step only counts."""
+
+    def __init__(self, optimizer, lr_lambda: "LRSchedule"):
+        self._steady_from = lr_lambda.steady_from()
+        super().__init__(optimizer, lr_lambda)
 
     def step(self, epoch: int | None = None) -> None:
         if epoch is not None or self._step_count <= 1 or not isinstance(self.base_lrs[0], float):
@@ -273,9 +302,16 @@ class Scheduler(torch.optim.lr_scheduler.LambdaLR):
             return
         self._step_count += 1
         self.last_epoch += 1
+        if self._steady_from is not None and self.last_epoch > self._steady_from:
+            return  # the rates set at the steady step stay as they are
         self._last_lr = [base * factor(self.last_epoch) for factor, base in zip(self.lr_lambdas, self.base_lrs)]
         for group, lr in zip(self.optimizer.param_groups, self._last_lr):
             group["lr"] = lr
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state.pop("_steady_from", None)  # derived from the schedule: checkpoints stay torch's LambdaLR state
+        return state
 
 
 class ResumableSampler(DistributedSampler):
@@ -335,8 +371,10 @@ class Window:
 def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype = torch.float32) -> Any:
     """Move tensors (in tuples, lists, dicts) to ``device``; floating ones become ``float_dtype``."""
     if isinstance(batch, torch.Tensor):
-        batch = batch.to(device, non_blocking=True)
-        return batch.to(float_dtype) if batch.is_floating_point() and batch.dtype != float_dtype else batch
+        # A CPU run's batches are already where they go: skip the dispatch of a .to() that returns its input.
+        if not (batch.is_cpu and device.type == "cpu"):
+            batch = batch.to(device, non_blocking=True)
+        return batch.to(float_dtype) if batch.dtype != float_dtype and batch.is_floating_point() else batch
     if isinstance(batch, dict):
         return {k: to_device(v, device, float_dtype) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)):

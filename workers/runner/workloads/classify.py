@@ -86,7 +86,7 @@ class ClassifyWorkload(Workload):
         self._held_numel += logits.numel()
         if self._held_numel >= HOLD_MAX:
             self._score()
-        return F.cross_entropy(logits.float(), y), len(y)
+        return F.cross_entropy(logits if logits.dtype == torch.float32 else logits.float(), y), len(y)
 
     def _score(self) -> None:
         """Fold the held batches into the window's correct and seen counts (still a tensor: no sync)."""
