@@ -64,7 +64,6 @@ class Runner:
         self.saved_step = -1
         self.last_metrics: dict[str, float] = {}
         self.stop_check = (0, 0, time.monotonic())  # next step to check, last checked step, when
-        self._quiet = (0, 0)  # steps strictly between these two have nothing due but the stop check
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> dict[str, float]:
@@ -133,13 +132,7 @@ class Runner:
     def _after_step(self, grad_norm: float | None, window: "Window") -> None:
         spec = self.spec
         self.step = self.strategy.aligned_step(self.step + 1)
-        measured = self.strategy.take_metrics()
         epoch_done = self.micro >= self.micro_per_epoch
-        if self._quiet[0] < self.step < self._quiet[1] and not (epoch_done or measured):
-            # Most steps: no window, evaluation, checkpoint or epoch end falls on them (the checks below
-            # would all say no); a step that went back (a cross-site round dropped) takes the long way.
-            self._stop_if_requested()
-            return
         last = self.step >= self.total_steps
         values: dict[str, float] = {}
         if self.step % spec.train.log_every_steps == 0 or epoch_done or last:
@@ -147,7 +140,7 @@ class Runner:
         eval_every = spec.train.eval_every_steps
         if (eval_every and self.step % eval_every == 0) or (not eval_every and epoch_done) or last:
             values.update(self._evaluate())
-        values.update(measured)
+        values.update(self.strategy.take_metrics())
         if values:
             self.reporter.window(self.step, self.total_steps, self.epoch, values)
             shown = " ".join(f"{k}={v:.0f}" if abs(v) >= 1000 else f"{k}={v:.4g}" for k, v in values.items())
@@ -157,16 +150,6 @@ class Runner:
         every = spec.checkpoint.every_steps
         if every and self.step % every == 0:
             self._checkpoint()
-        self._quiet = (self.step, self._next_due(self.step))
-        self._stop_if_requested()
-
-    def _next_due(self, step: int) -> int:
-        """The first step after ``step`` on which a log window, an evaluation or a checkpoint falls."""
-        t, every = self.spec.train, self.spec.checkpoint.every_steps
-        due = [(step // n + 1) * n for n in (t.log_every_steps, t.eval_every_steps, every) if n]
-        return min(due + [self.total_steps])
-
-    def _stop_if_requested(self) -> None:
         if self._stop_requested():
             if self.step > self.saved_step:
                 self._checkpoint()
