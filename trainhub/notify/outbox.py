@@ -48,19 +48,34 @@ def _unclaimed(now: datetime) -> Q:
 def claim(channel: str) -> Delivery | None:
     """Take one due row of ``channel`` for this process, or None when none is due."""
     now = timezone.now()
-    due = (Delivery.objects.filter(_unclaimed(now), channel=channel, status=Delivery.State.PENDING,
-                                   next_attempt_at__lte=now)
-           .order_by("next_attempt_at", "id").values_list("pk", "claimed_until", "attempts")[:CANDIDATES])
-    for pk, held, attempts in due:
-        same = Q(claimed_until__isnull=True) if held is None else Q(claimed_until=held)
-        mine = Delivery.objects.filter(same, pk=pk, status=Delivery.State.PENDING)
-        if attempts >= tries():  # its last try was under way when the process making it stopped
-            mine.update(status=Delivery.State.FAILED, claimed_until=None, updated_at=now,
-                        result="failed (the last try was cut off; it may have arrived)",
-                        last_error="the process making the last try stopped before recording its answer")
-            continue
-        if mine.update(claimed_until=now + _lease(), attempts=F("attempts") + 1, updated_at=now):
-            return Delivery.objects.select_related("job__owner", "job__pool").get(pk=pk)
+    for candidate in due(channel, now):
+        delivery = take(*candidate, now)
+        if delivery is not None:
+            return delivery
+    return None
+
+
+def due(channel: str, now: datetime) -> list[tuple[int, datetime | None, int]]:
+    """Up to ``CANDIDATES`` rows of ``channel`` due at ``now``: (pk, claimed_until, attempts) each."""
+    return list(Delivery.objects.filter(_unclaimed(now), channel=channel, status=Delivery.State.PENDING,
+                                        next_attempt_at__lte=now)
+                .order_by("next_attempt_at", "id").values_list("pk", "claimed_until", "attempts")[:CANDIDATES])
+
+
+def take(pk: int, held: datetime | None, attempts: int, now: datetime) -> Delivery | None:
+    """Claim a row read by ``due`` if no one has claimed it since. ``attempts`` is part of the
+    compare-and-set: it goes up with every claim, so a row another thread tried and released (its
+    ``claimed_until`` back to NULL, the next try due only after the backoff) between this thread's
+    read and its update is not taken again at once."""
+    same = Q(claimed_until__isnull=True) if held is None else Q(claimed_until=held)
+    mine = Delivery.objects.filter(same, pk=pk, attempts=attempts, status=Delivery.State.PENDING)
+    if attempts >= tries():  # its last try was under way when the process making it stopped
+        mine.update(status=Delivery.State.FAILED, claimed_until=None, updated_at=now,
+                    result="failed (the last try was cut off; it may have arrived)",
+                    last_error="the process making the last try stopped before recording its answer")
+        return None
+    if mine.update(claimed_until=now + _lease(), attempts=F("attempts") + 1, updated_at=now):
+        return Delivery.objects.select_related("job__owner", "job__pool").get(pk=pk)
     return None
 
 
