@@ -73,6 +73,7 @@ def main() -> None:
                 samples.append({"job": job_id, "to_queued_s": (queued - requested).total_seconds(),
                                 "to_running_s": (running - requested).total_seconds(),
                                 "to_first_line_s": (first.at - requested).total_seconds(), "first_line": first.text})
+            requests_ms = request_latency(web)
         t0 = time.perf_counter()
         subprocess.run([py, "-c", "import torch"], check=True)
         import_torch = time.perf_counter() - t0
@@ -88,7 +89,11 @@ def main() -> None:
         # the request's own part (HTTP, authentication, validation, the row) and the queue's (broker, claim)
         "median_to_queued_ms": statistics.median(s["to_queued_s"] for s in samples) * 1000,
         "median_queued_to_running_ms": statistics.median(s["to_running_s"] - s["to_queued_s"] for s in samples) * 1000,
-        "median_to_first_line_ms": statistics.median(to_first_line) * 1000, "import_torch_ms": import_torch * 1000},
+        "median_to_first_line_ms": statistics.median(to_first_line) * 1000, "import_torch_ms": import_torch * 1000,
+        # the web server's database connections: TRAINHUB_DB_POOL_SIZE as the bench was started with (unset:
+        # trainhub/asgi.py's default, a pool of 20 on PostgreSQL)
+        "web_db_pool_size": os.environ.get("TRAINHUB_DB_POOL_SIZE", "unset"), "requests_ms": requests_ms,
+        "median_request_ms": {name: statistics.median(times) for name, times in requests_ms.items()}},
         database=connection.vendor)
     print("| jobs | submit → running (median) | of it: request → queued / queued → running | submit → first runner log line (median) | bare `import torch` |")
     print("| --- | --- | --- | --- | --- |")
@@ -96,6 +101,19 @@ def main() -> None:
           f"{statistics.median(s['to_queued_s'] for s in samples) * 1000:.0f} / "
           f"{statistics.median(s['to_running_s'] - s['to_queued_s'] for s in samples) * 1000:.0f} ms | "
           f"{statistics.median(to_first_line) * 1000:.0f} ms | {import_torch * 1000:.0f} ms |")
+    print("median request: " + ", ".join(f"{name} {statistics.median(t):.1f} ms" for name, t in requests_ms.items()))
+
+
+def request_latency(web, n: int = 30) -> dict[str, list[float]]:
+    """Milliseconds of ``n`` API requests of each kind, alternating: a 404 for a job that does not exist
+    (the token check and one query) and the job list (the token check and a page of jobs)."""
+    out: dict[str, list[float]] = {"job_404": [], "job_list": []}
+    for _ in range(n):
+        for name, path in (("job_404", "/api/jobs/999999999"), ("job_list", "/api/jobs")):
+            t0 = time.perf_counter()
+            web.client.get(path)
+            out[name].append((time.perf_counter() - t0) * 1000)
+    return out
 
 
 if __name__ == "__main__":

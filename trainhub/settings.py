@@ -48,6 +48,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "trainhub.api.middleware.json_api_errors",  # every /api/ error is JSON, a 405 too
     "trainhub.core.csp.csp_middleware",
+    "trainhub.core.unavailable.DatabaseUnavailable",  # a database error in a view: 503, not 500
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -76,7 +77,8 @@ ASGI_APPLICATION = "trainhub.asgi.application"
 
 DATABASE_URL = envstr("DATABASE_URL", f"sqlite:///{VAR_DIR / 'trainhub.sqlite3'}")
 try:
-    # The web server (ASGI) opens a connection per request, as Django advises under ASGI. A worker
+    # The web server (ASGI) closes its connections at each request's end, as Django advises under ASGI (on
+    # PostgreSQL they go back to a pool: TRAINHUB_DB_POOL_SIZE below). A worker
     # (`manage.py runworker` sets TRAINHUB_DB_CONN_MAX_AGE) keeps each of its long-lived threads'
     # connections between tasks, checked before reuse: a new connection costs ~1 ms on SQLite and
     # ~7 ms on PostgreSQL (a backend process, cold caches), on the way from submit to running.
@@ -92,6 +94,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_IDLE
     # wakes and takes the outage path, and its late lines are refused by seq.
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
         f"-c idle_in_transaction_session_timeout={DB_IDLE_TX_SECONDS * 1000}")
+DB_POOL_SIZE = envint("TRAINHUB_DB_POOL_SIZE", 0, minimum=0)
+if (DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL_SIZE
+        and not DATABASES["default"]["CONN_MAX_AGE"]):
+    # The web server (`trainhub/asgi.py` sets TRAINHUB_DB_POOL_SIZE) takes its connections from a psycopg pool
+    # instead of opening one per request (a backend process and its cold caches: ~10 ms of a page on PostgreSQL).
+    # Each connection is checked as it is taken (CONN_HEALTH_CHECKS), so one the database dropped is replaced.
+    # While the database is away a request waits at most `timeout` for a connection and then fails with a
+    # database error (the pages' 503s); the pool's reconnect attempts give up after `reconnect_timeout` and the
+    # next request starts new ones, so it connects again within a few seconds of the database's return.
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(2, DB_POOL_SIZE), "max_size": DB_POOL_SIZE, "name": "trainhub",
+        "timeout": envfloat("TRAINHUB_DB_POOL_TIMEOUT", 5.0, minimum=0.1), "reconnect_timeout": 5.0}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL and a busy timeout let the web server and workers share one SQLite file.
     DATABASES["default"]["OPTIONS"] = {

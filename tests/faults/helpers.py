@@ -68,6 +68,7 @@ class TcpProxy:
         self.is_down = False
         self.cut = 0  # connections closed by down()
         self.turned_away = 0  # connections closed at once while down
+        self.forwarded = 0  # connections passed through to the upstream
         self.closed = False
         threading.Thread(target=self._accept, daemon=True, name="tcp-proxy").start()
 
@@ -99,6 +100,7 @@ class TcpProxy:
                     self._close(server)
                     continue
                 self.open |= {client, server}
+                self.forwarded += 1
             for src, dst in ((client, server), (server, client)):
                 threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
 

@@ -5,10 +5,12 @@ import logging
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from trainhub.core import unavailable
 from workers.runner.config import SpecError
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,14 @@ def install(api: NinjaAPI) -> None:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return api.create_response(request, {"detail": f"the request body is larger than {limit} bytes "
                                                        "(TRAINHUB_MAX_BODY_BYTES); send a smaller body"}, status=413)
+
+    @api.exception_handler(OperationalError)
+    @api.exception_handler(InterfaceError)
+    def _database_unavailable(request, exc):
+        log.warning("%s %s: %s (%s)", request.method, request.path, unavailable.MESSAGE, exc)
+        response = api.create_response(request, {"detail": unavailable.MESSAGE}, status=503)
+        response["Retry-After"] = str(unavailable.RETRY_AFTER_SECONDS)
+        return response
 
     @api.exception_handler(Exception)
     def _unexpected(request, exc):

@@ -11,11 +11,16 @@ a call that failed with a database error (the database restarted, the network to
 closes the thread's connections that are unusable, as ``close_old_connections`` does at a request's
 start, and the next call in that thread connects afresh. The caller decides what a failed call
 means for its client (the stream waits and tries again: ``stream.py``).
+
+With a connection pool (PostgreSQL under the web server: ``TRAINHUB_DB_POOL_SIZE``) each call hands its
+connection back to the pool when it returns, which costs far less than a connection: a thread that kept
+it would take one of the pool's connections from every other request for good.
 """
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, close_old_connections
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, connection
 
 
 async def call(fn, /, *args, **kwargs):
@@ -28,3 +33,10 @@ def _run(fn, args, kwargs):
     except DatabaseError:
         close_old_connections()  # after an error: the unusable ones (CONN_MAX_AGE 0: all of this thread's)
         raise
+    finally:
+        if _pooled():
+            connection.close()  # back to the pool: a thread that keeps one would hold it for good
+
+
+def _pooled() -> bool:
+    return bool(settings.DATABASES["default"].get("OPTIONS", {}).get("pool"))
