@@ -251,6 +251,7 @@ def _fast_password_hashing(settings):
 DATABASE_VARIANTS = {"sqlite": ("tests/faults/test_postgres_outage.py",
                                "tests/notify/test_outbox_database_outage.py",  # cuts PostgreSQL's connections
                                "tests/workers/test_worker_connections.py",  # counts PostgreSQL's sessions
+                               "tests/faults/test_web_database.py",  # the web server's PostgreSQL pool
                                # PostgreSQL's chunk index (SQLite's FTS5 is tested beside them)
                                "tests/jobs/test_log_search.py::test_postgres_"),
                      "postgresql": ("tests/faults/test_database_outage.py",
