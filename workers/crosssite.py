@@ -275,8 +275,7 @@ class SiteLeaderExecution(LeaderExecution):
     def collect(self) -> int:
         # the job ends once every site has: a site still saving its last checkpoint is not cut off
         self.exited.set()
-        for helper in self.helpers:
-            helper.join(timeout=self.EOF_SECONDS + 5)
+        self.join_helpers(self.EOF_SECONDS + 5)  # renewing the job's lease: a site may end well after site 0
         return super().collect()
 
 

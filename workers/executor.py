@@ -234,13 +234,28 @@ class Execution:
         code = self.handle.poll()
         self.exited.set()
         self.handle.close(READERS_SECONDS)
-        for helper in self.helpers:
-            helper.join(timeout=READERS_SECONDS)
+        self.join_helpers(READERS_SECONDS)
         while self._take_output() and self.log.flush():  # all that is left, a pending buffer at a time
             pass
         self.flush_lines()  # also fills the log's tail with the last lines
         self.pump_events(rounds=16)  # what is left of the events file, up to 64 MB
         return code
+
+    def join_helpers(self, seconds: float) -> None:
+        """Wait up to ``seconds`` in all for the helper threads to end, renewing the lease meanwhile: an
+        execution that waits after its processes exited (a cross-site leader for the other sites' last
+        lines) still holds its job, or the reconcile would take it for a lost worker's. Stops waiting
+        once the lease is lost (the outcome would be refused anyway)."""
+        deadline = time.monotonic() + seconds
+        renew_every = max(1.0, settings.TRAINHUB_LEASE_SECONDS / 3)
+        for helper in self.helpers:
+            while helper.is_alive() and (left := deadline - time.monotonic()) > 0:
+                helper.join(timeout=min(left, renew_every))
+                now = time.monotonic()
+                if helper.is_alive() and now - self.renewed >= renew_every:
+                    stop = self.renew(now)
+                    if stop and stop[0] == Status.FAILED:
+                        return
 
     def run(self) -> Outcome:
         try:

@@ -1,16 +1,18 @@
 """Helpers for cross-site tests: a lighthouse and each site's runner as real processes (CPU, gloo)."""
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
 import torch
 from django.conf import settings
 
-from tests.conftest import processes_naming
+from tests.conftest import processes_naming, wait_for
 from workers.runner import launch
 from workers.runner.config import dump_yaml, parse_spec
 
@@ -51,6 +53,50 @@ def site_processes(job_id: int, site: str) -> list[psutil.Process]:
     """The processes of job ``job_id``'s site ``site`` (guard, torchrun, ranks): found by its run directory
     under this test's runs directory, so another test run's job of the same id is not counted."""
     return processes_naming(f"{settings.TRAINHUB_RUNS_DIR}/job-{job_id}-site-{site}")
+
+
+def site_run_dir(job_id: int, site: str = "") -> Path:
+    """A site's run directory in this test's runs directory: site 0's is the job's own (``site`` "")."""
+    return Path(settings.TRAINHUB_RUNS_DIR) / (f"job-{job_id}-site-{site}" if site else f"job-{job_id}")
+
+
+def wait_for_syncs(job_id: int, site: str, syncs: int, timeout: float = 240) -> None:
+    """Until a site's runner has synced ``syncs`` times, read from its own events file every 20 ms.
+
+    Not from the database: its metrics arrive about a second later, and a site trains ~1,000 steps a
+    second on an idle machine (one OpenMP thread, digits), so a fault injected on that cue lands near the
+    job's end or after it, and the test would then check a job that had nothing left to recover."""
+    events = site_run_dir(job_id, site) / "events.jsonl"
+
+    def synced() -> bool:
+        try:
+            lines = events.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return False
+        steps = [json.loads(line).get("values", {}).get("sync_outer_step", 0) for line in lines
+                 if '"sync_outer_step"' in line and line.endswith("}")]
+        return bool(steps) and max(steps) >= syncs
+
+    wait_for(synced, timeout=timeout, interval=0.02, message=f"site {site or 0} of job {job_id} to sync {syncs} times")
+
+
+@contextmanager
+def frozen(job_id: int, site: str = ""):
+    """A site's runner processes (site 0's by default) paused (SIGSTOP), as a stalled host's would be,
+    while the block runs, and resumed after it. With ``min_sites`` 2 no site passes its next sync
+    meanwhile, so however fast this machine trains, the job is still mid-run when the fault under test
+    has been handled."""
+    config = str(site_run_dir(job_id, site) / "job.yaml")
+    procs = [p for p in psutil.process_iter(["cmdline"])
+             if "workers.runner" in (p.info["cmdline"] or []) and config in (p.info["cmdline"] or [])]
+    assert procs, f"no runner process of job {job_id}'s site {site or 0} to pause"
+    for proc in procs:
+        proc.suspend()
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            proc.resume()
 
 
 def final_weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:

@@ -98,18 +98,10 @@ def test_a_slurm_site_cancelled_in_slurm_is_submitted_again_heals_and_ends_with_
     # lab-a paused (SIGSTOP): with min_sites 2 the Slurm site cannot pass its next sync, so however
     # fast this machine trains, the job is still running when its Slurm site is cancelled. 1,000 steps:
     # the ~950 left after hpc's first sync outlast noticing it (a metrics read and a poll) and the pause
-    lab_a = [p for p in psutil.process_iter(["cmdline"]) if "workers.runner" in (p.info["cmdline"] or [])
-             and f"{live_settings.TRAINHUB_RUNS_DIR}/job-{job_id}/job.yaml" in (p.info["cmdline"] or [])]
-    assert lab_a
-    for proc in lab_a:
-        proc.suspend()
-    try:
+    with sites.frozen(job_id):
         slurm_cluster_handle.run("scancel", first[0])  # an operator, or the cluster, ends the site's Slurm job
         wait_for(lambda: site_rows(Job.objects.get(pk=job_id))[1]["state"].startswith("lost"), timeout=60,
                  message="the job page to show the Slurm site lost")
-    finally:
-        for proc in lab_a:
-            proc.resume()
     job = wait_for(lambda: final(job_id), timeout=180, message="the job to finish")
     text = log_text(job_id)
     assert job.status == "succeeded", (job.error, text[-3000:])
@@ -191,19 +183,19 @@ def test_a_slurm_sites_worker_killed_is_replaced_the_lost_workers_slurm_job_canc
            for name in ("hpc@test", "hpc-2@test")}
     wait_for(lambda: Worker.objects.filter(hostname__in=["lab-a@test", *hpc]).count() == 3,
              message="the three workers to register")
-    # ~100 steps/s here on an idle machine with one thread per rank: the old Slurm job trains on with lab-a
-    # until the spare has taken over (a lapsed lease, then scancel), so 3,000 steps outlast that
     job_id = submit(user_client, spec(max_steps=3000))
-    wait_for(lambda: synced(job_id, "hpc/sync_outer_step") >= 1, timeout=120,
-             message=f"the Slurm site to sync once: {log_text(job_id)[-3000:]}")
+    sites.wait_for_syncs(job_id, "hpc", 1, timeout=120)
     holder = GangMember.objects.select_related("worker").get(job_id=job_id, node_rank=1).worker.hostname
     spare = next(name for name in hpc if name != holder)
     first = slurm_site_jobs(slurm_cluster_handle, job_id)
     assert len(first) == 1
-    hpc[holder].proc.kill()  # SIGKILL: its Slurm job runs on, followed by nobody
-
-    wait_for(lambda: GangMember.objects.get(job_id=job_id, node_rank=1).worker.hostname == spare, timeout=60,
-             message=f"{spare} to take over the Slurm site from {holder}")
+    # the old Slurm job trains on with lab-a until the spare has taken over (a lapsed lease, then scancel:
+    # ~7 s), and the sites train up to ~1,000 steps/s here: lab-a stalls meanwhile, so neither passes its
+    # next sync and the job is still mid-run when the new Slurm job starts, however fast this machine is
+    with sites.frozen(job_id):
+        hpc[holder].proc.kill()  # SIGKILL: its Slurm job runs on, followed by nobody
+        wait_for(lambda: GangMember.objects.get(job_id=job_id, node_rank=1).worker.hostname == spare, timeout=60,
+                 message=f"{spare} to take over the Slurm site from {holder}")
     job = wait_for(lambda: final(job_id), timeout=240, message="the job to finish")
     text = log_text(job_id)
     assert job.status == "succeeded", (job.error, text[-3000:])
