@@ -202,7 +202,7 @@ class Execution:
         assert self.handle is not None
         started = time.monotonic()
         self.log.activity = self.renewed = started
-        renew_every = max(1.0, settings.TRAINHUB_LEASE_SECONDS / 3)
+        renew_every = _renew_every()
         next_renew, next_events = started + renew_every, started + EVENTS_SECONDS
         flushed = started
         _SUPERVISING.add(self)
@@ -242,13 +242,13 @@ class Execution:
         return code
 
     def join_helpers(self, seconds: float) -> None:
-        """Wait up to ``seconds`` in all for the helper threads to end, renewing the lease meanwhile: an
+        """Wait up to ``seconds`` for each helper thread to end, renewing the lease meanwhile: an
         execution that waits after its processes exited (a cross-site leader for the other sites' last
         lines) still holds its job, or the reconcile would take it for a lost worker's. Stops waiting
         once the lease is lost (the outcome would be refused anyway)."""
-        deadline = time.monotonic() + seconds
-        renew_every = max(1.0, settings.TRAINHUB_LEASE_SECONDS / 3)
+        renew_every = _renew_every()
         for helper in self.helpers:
+            deadline = time.monotonic() + seconds
             while helper.is_alive() and (left := deadline - time.monotonic()) > 0:
                 helper.join(timeout=min(left, renew_every))
                 now = time.monotonic()
@@ -307,6 +307,11 @@ class Execution:
                     f"free, a sandboxed job's /tmp holds {settings.TRAINHUB_SANDBOX_TMP_BYTES // 1024 ** 2} MiB "
                     "(TRAINHUB_SANDBOX_TMP_BYTES)")
         return ""
+
+
+def _renew_every() -> float:
+    """Seconds between lease renewals: three tries within a lease."""
+    return max(1.0, settings.TRAINHUB_LEASE_SECONDS / 3)
 
 
 def describe_exit(code: int) -> str:
