@@ -80,6 +80,27 @@ def wait_for_syncs(job_id: int, site: str, syncs: int, timeout: float = 240) -> 
     wait_for(synced, timeout=timeout, interval=0.02, message=f"site {site or 0} of job {job_id} to sync {syncs} times")
 
 
+def syncs_since_its_last_start(job_id: int, site: str) -> list[dict[str, float]]:
+    """A site's syncs since its runner last started (their ``sync_*`` values), from its own events file.
+
+    How a test sees that a restarted site healed: its first sync after the restart is at the job's
+    outer step, not at 1, and with its peer. Not from the database's metrics after the restart's
+    mark: the events its old runner wrote but its worker had not stored yet are stored after the
+    mark (by the new holder, which reads the file from its start, or by the same worker's next
+    read), so one of the old runner's syncs with its peer would pass for the healed site's."""
+    syncs: list[dict[str, float]] = []
+    for line in (site_run_dir(job_id, site) / "events.jsonl").read_text(encoding="utf-8").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:  # a line being written
+            continue
+        if event.get("type") == "start":
+            syncs = []
+        elif "sync_outer_step" in event.get("values", {}):
+            syncs.append(event["values"])
+    return syncs
+
+
 @contextmanager
 def frozen(job_id: int, site: str = ""):
     """A site's runner processes (site 0's by default) paused (SIGSTOP), as a stalled host's would be,
@@ -96,7 +117,10 @@ def frozen(job_id: int, site: str = ""):
         yield procs
     finally:
         for proc in procs:
-            proc.resume()
+            try:
+                proc.resume()
+            except psutil.NoSuchProcess:  # stopped meanwhile (by its worker, or the job's end): the test says
+                pass
 
 
 def final_weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
