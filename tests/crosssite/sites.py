@@ -1,7 +1,6 @@
 """Helpers for cross-site tests: a lighthouse and each site's runner as real processes (CPU, gloo)."""
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from django.conf import settings
 from tests.conftest import processes_naming, wait_for
 from workers.runner import launch
 from workers.runner.config import dump_yaml, parse_spec
+from workers.runner.report import read_events
 
 LIGHTHOUSE = str(Path(sys.executable).parent / "torchft_lighthouse")
 
@@ -66,16 +66,14 @@ def wait_for_syncs(job_id: int, site: str, syncs: int, timeout: float = 240) -> 
     Not from the database: its metrics arrive about a second later, and a site trains ~1,000 steps a
     second on an idle machine (one OpenMP thread, digits), so a fault injected on that cue lands near the
     job's end or after it, and the test would then check a job that had nothing left to recover."""
-    events = site_run_dir(job_id, site) / "events.jsonl"
+    run_dir, offset, seen = site_run_dir(job_id, site), 0, 0
 
     def synced() -> bool:
-        try:
-            lines = events.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return False
-        steps = [json.loads(line).get("values", {}).get("sync_outer_step", 0) for line in lines
-                 if '"sync_outer_step"' in line and line.endswith("}")]
-        return bool(steps) and max(steps) >= syncs
+        nonlocal offset, seen
+        events, offset = read_events(run_dir, offset)  # the new complete lines only
+        seen = max([seen] + [event["values"]["sync_outer_step"] for event in events
+                             if "sync_outer_step" in event.get("values", {})])
+        return seen >= syncs
 
     wait_for(synced, timeout=timeout, interval=0.02, message=f"site {site or 0} of job {job_id} to sync {syncs} times")
 
@@ -89,16 +87,17 @@ def syncs_since_its_last_start(job_id: int, site: str) -> list[dict[str, float]]
     mark (by the new holder, which reads the file from its start, or by the same worker's next
     read), so one of the old runner's syncs with its peer would pass for the healed site's."""
     syncs: list[dict[str, float]] = []
-    for line in (site_run_dir(job_id, site) / "events.jsonl").read_text(encoding="utf-8").splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:  # a line being written
-            continue
-        if event.get("type") == "start":
-            syncs = []
-        elif "sync_outer_step" in event.get("values", {}):
-            syncs.append(event["values"])
-    return syncs
+    run_dir, offset = site_run_dir(job_id, site), 0
+    while True:
+        events, moved = read_events(run_dir, offset)
+        for event in events:
+            if event.get("type") == "start":
+                syncs = []
+            elif "sync_outer_step" in event.get("values", {}):
+                syncs.append(event["values"])
+        if moved == offset:
+            return syncs
+        offset = moved
 
 
 @contextmanager
