@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench import record  # noqa: E402
+from workers.backends.local import UNSANDBOXED  # noqa: E402
 
 PHASES = ("queued_s", "claim_to_first_line_s", "first_line_to_runner_line_s", "runner_line_to_loop_s",
           "training_s", "end_to_last_runner_line_s", "last_runner_line_to_finished_line_s",
@@ -48,7 +49,8 @@ def phases(var_dir: Path) -> list[dict]:
         first = {e["type"]: e["time"] for e in reversed(events)}
         lines = [(_ts(at), stream, text) for at, stream, text in db.execute(
             "SELECT at, stream, text FROM jobs_logline WHERE job_id = ? ORDER BY seq", (pk,))]
-        runner = [at for at, stream, _ in lines if stream != "s"]
+        # the worker's own warning of an unsandboxed run is on stderr too: not the runner's first line
+        runner = [at for at, stream, text in lines if stream != "s" and text != UNSANDBOXED]
         done = [at for at, stream, text in lines if stream == "s" and text.startswith("finished:")]
         if not (started and finished and "start" in first and "end" in first and lines and runner and done):
             continue
