@@ -493,8 +493,16 @@ def record_metric_rows(job_id: int, steps: list[tuple[int, dict[str, float]]]) -
     ``TRAINHUB_METRIC_MAX_POINTS`` points the job's series are thinned (``metriccap``)."""
     if metriccap.full(job_id):
         return
-    rows = [Metric(job_id=job_id, step=step, name=k[:100], value=v) for step, values in steps for k, v in values.items()]
-    Metric.objects.bulk_create(rows, ignore_conflicts=True)
+    # A plain statement, not ``bulk_create``: a model instance per point cost the worker ~30 µs (its field
+    # defaults: a clock read each), and a job logging every few ms stores hundreds of points a second, CPU
+    # taken from the training beside it (docs/BENCHMARKS.md, "2026-12-07").
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    rows = [(job_id, step, k[:100], v, now) for step, values in steps for k, v in values.items()]
+    q = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.executemany(f"INSERT INTO {q(Metric._meta.db_table)} ({q('job_id')}, {q('step')}, {q('name')}, "
+                           f"{q('value')}, {q('at')}) VALUES (%s, %s, %s, %s, %s) "
+                           f"ON CONFLICT ({q('job_id')}, {q('name')}, {q('step')}) DO NOTHING", rows)
     metriccap.stored(job_id, len(rows))
 
 
