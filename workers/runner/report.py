@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from workers.runner import fence
 
@@ -35,6 +36,7 @@ class Reporter:
     A log window that comes less than ``HOLD_SECONDS`` after the last write is held and goes out with the
     next write: windows of a run with millisecond steps come hundreds of times a second, and each write (a
     fence read, a system call) cost the training loop more than the window's own arithmetic (issue #12).
+    The window's printed line (``window(line=...)``) is held with it and printed at the same flush.
     Every other event goes out at once and takes the held windows with it; so do ``flush()`` and ``close()``,
     which the loop calls before anything slow (an evaluation, a checkpoint). The worker reads the file every
     50 ms, so at steady speed the hold does not show on the job's page; a process killed outright loses the
@@ -43,11 +45,13 @@ class Reporter:
     #: windows closer than this to the last write wait for the next one
     HOLD_SECONDS = 0.05
 
-    def __init__(self, run_dir: str | Path, enabled: bool = True):
+    def __init__(self, run_dir: str | Path, enabled: bool = True, out: TextIO | None = None):
         self.path = Path(run_dir) / EVENTS_FILE
         self.enabled = enabled
+        self.out = out  # where the windows' printed lines go (the job's log); None: sys.stdout at the time
         self._fh = open(self.path, "a", encoding="utf-8") if enabled else None
         self._held: list[str] = []
+        self._held_lines: list[str] = []  # the held windows' printed lines, printed with them
         self._written = 0.0  # time.monotonic() of the last write
 
     def emit(self, type_: str, **fields: Any) -> None:
@@ -64,22 +68,30 @@ class Reporter:
         try:
             fence.check(self.path.parent)
         except fence.Superseded:
-            self._held = []  # a superseded run writes nothing more, held windows neither
+            self._held = self._held_lines = []  # a superseded run writes nothing more, held windows neither
             self.close()
             raise
         self._fh.write("".join(self._held))
         self._fh.flush()
-        self._held, self._written = [], time.monotonic()
+        if self._held_lines:  # one write for all of them (an unbuffered print is two: the text, then "\n")
+            out = self.out or sys.stdout
+            out.write("".join(self._held_lines))
+            out.flush()
+        self._held, self._held_lines, self._written = [], [], time.monotonic()
 
     def metrics(self, step: int, **values: float) -> None:
         clean = _clean(values)
         if clean:
             self.emit("metrics", step=step, values=clean)
 
-    def window(self, step: int, total_steps: int, epoch: int, values: dict[str, float]) -> None:
-        """A log window's ``progress`` and ``metrics`` events, written together (now, or held: see the class)."""
+    def window(self, step: int, total_steps: int, epoch: int, values: dict[str, float], line: str = "") -> None:
+        """A log window's ``progress`` and ``metrics`` events, written together (now, or held: see the class),
+        and ``line``, the window's line for the job's log, printed with them: a job logging every few ms
+        wakes the worker reading its output once per write, so a held window's line waits with it."""
         if not self._fh:
             return
+        if line:
+            self._held_lines.append(line + "\n")
         now = round(time.time(), 3)
         self._held.append(_line({"type": "progress", "time": now, "step": step, "total_steps": total_steps,
                                  "epoch": epoch}))

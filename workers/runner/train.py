@@ -142,9 +142,11 @@ class Runner:
             values.update(self._evaluate())
         values.update(self.strategy.take_metrics())
         if values:
-            self.reporter.window(self.step, self.total_steps, self.epoch, values)
             shown = " ".join(f"{k}={v:.0f}" if abs(v) >= 1000 else f"{k}={v:.4g}" for k, v in values.items())
-            self.log(f"epoch {self.epoch + 1}/{spec.train.epochs} step {self.step}/{self.total_steps} {shown}")
+            # printed by the reporter with the window's events (held with them, see Reporter): main rank only
+            self.reporter.window(self.step, self.total_steps, self.epoch, values,
+                                 line=f"epoch {self.epoch + 1}/{spec.train.epochs} step {self.step}/{self.total_steps} "
+                                      f"{shown}")
         if epoch_done:
             self.epoch, self.micro = self.epoch + 1, 0
         every = spec.checkpoint.every_steps
