@@ -151,8 +151,8 @@ def main() -> None:
     for c in cases:
         print(f"| {titles[c]} | {med[f'bare_{c}']:.2f} s | {med[f'dash_{c}']:.2f} s | {ratios[c]:.3f}x |")
     for c in cli_cases:
-        print(f"\n{c} through the runner's command line: {med[f'cli_{c}']:.2f} s, {cli_ratios[c]:.3f}x the bare script; "
-              f"its training phase {med[f'cli_training_{c}']:.2f} s (the dashboard's: in the phases below)")
+        print(f"\n{c} through the runner's command line: {med[f'cli_{c}']:.2f} s, {cli_ratios[c]:.3f}x the bare "
+              f"script; its training phase {med[f'cli_training_{c}']:.2f} s (the dashboard's: in the phases below)")
     beside_med = {c: {k: statistics.median(run[k] for run in runs) for k in runs[0]} for c, runs in beside.items()}
     for c in cases:
         print(f"\n{c}: the dashboard's processes beside the job, CPU-s (median): "
@@ -164,10 +164,12 @@ def main() -> None:
     record.write("dashboard_overhead", {
         "samples": ns.samples, "epochs": ns.epochs, "batch": ns.batch, "repeats": ns.repeats, "sandbox": ns.sandbox,
         "cases": cases, "digits_epochs": ns.digits_epochs, "threads": ns.threads or "the executor's",
-        "submit": "HTTP POST /api/jobs (API token) -> final status (finished_at; looked for every 0.25 s)", "seconds": rows, "median_s": med,
-        "ratios": ratios, "cli_ratios": cli_ratios, **({"ratio_one_process": ratios["one"]} if "one" in ratios else {}),
+        "submit": "HTTP POST /api/jobs (API token) -> final status (finished_at; looked for every 0.25 s)",
+        "seconds": rows, "median_s": med, "ratios": ratios, "cli_ratios": cli_ratios,
+        **({"ratio_one_process": ratios["one"]} if "one" in ratios else {}),
         **({"ratio_ddp_2_ranks": ratios["ddp"]} if "ddp" in ratios else {}),
-        "phases_median_s": phases, "dashboard_cpu_s_beside_each_run": beside, "dashboard_cpu_s_median": beside_med, "var_dir": str(tmp), "load_at_start": load_at_start})
+        "phases_median_s": phases, "dashboard_cpu_s_beside_each_run": beside, "dashboard_cpu_s_median": beside_med,
+        "var_dir": str(tmp), "load_at_start": load_at_start})
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ builds), interleaved, median of ``--starts``. Step: the same short classify run 
 step come from the run's own events (first ``start`` to last ``progress``), so process start-up is
 not counted twice. ``--dataset digits`` runs the default form's job instead (sklearn's digits, the
 MLP, batch 64, a log window every 10 steps); ``--threads 0`` leaves OMP_NUM_THREADS unset, as the
-executor does (torch then takes one thread per core). Prints a Markdown table and writes the raw samples with ``bench/record.py``.
+executor does (torch then takes one thread per core). Prints a Markdown table and writes the raw
+samples with ``bench/record.py``.
 """
 from __future__ import annotations
 

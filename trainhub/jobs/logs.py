@@ -164,8 +164,7 @@ def _insert(rows: list[tuple], counts: list[tuple[int, int]], *, copy: bool) -> 
                     for row in rows:
                         out.write_row(row)
             else:
-                cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s) "
-                                   f"ON CONFLICT ({q('job_id')}, {q('seq')}) DO NOTHING", rows)
+                cursor.executemany(_insert_new_sql(LogLine, _COLUMNS, unique=("job_id", "seq")), rows)
             if connection.vendor == "sqlite":
                 fts_catch_up(FTS_CATCH_UP)  # the search index, in bulk (PostgreSQL's is kept by PostgreSQL)
                 _count_sqlite(cursor, table, before, counts)
@@ -173,6 +172,14 @@ def _insert(rows: list[tuple], counts: list[tuple[int, int]], *, copy: bool) -> 
                 cursor.executemany(f"UPDATE {q(Job._meta.db_table)} SET {q('log_lines')} = %s "
                                    f"WHERE {q('id')} = %s AND {q('log_lines')} < %s",
                                    [(n, job_id, n) for n, job_id in counts])
+
+
+def _insert_new_sql(model, columns: tuple[str, ...], unique: tuple[str, ...]) -> str:
+    """``INSERT`` of rows of ``columns`` into ``model``'s table that skips a row its ``unique`` columns
+    already hold (a retried batch stores nothing twice); a plain statement, for ``executemany``."""
+    q = connection.ops.quote_name
+    return (f"INSERT INTO {q(model._meta.db_table)} ({', '.join(q(c) for c in columns)}) "
+            f"VALUES ({', '.join(['%s'] * len(columns))}) ON CONFLICT ({', '.join(q(c) for c in unique)}) DO NOTHING")
 
 
 def _count_sqlite(cursor, table: str, before: int, counts: list[tuple[int, int]]) -> None:
@@ -498,11 +505,9 @@ def record_metric_rows(job_id: int, steps: list[tuple[int, dict[str, float]]]) -
     # taken from the training beside it (docs/BENCHMARKS.md, "2026-12-07").
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     rows = [(job_id, step, k[:100], v, now) for step, values in steps for k, v in values.items()]
-    q = connection.ops.quote_name
     with connection.cursor() as cursor:
-        cursor.executemany(f"INSERT INTO {q(Metric._meta.db_table)} ({q('job_id')}, {q('step')}, {q('name')}, "
-                           f"{q('value')}, {q('at')}) VALUES (%s, %s, %s, %s, %s) "
-                           f"ON CONFLICT ({q('job_id')}, {q('name')}, {q('step')}) DO NOTHING", rows)
+        cursor.executemany(_insert_new_sql(Metric, ("job_id", "step", "name", "value", "at"),
+                                           unique=("job_id", "name", "step")), rows)
     metriccap.stored(job_id, len(rows))
 
 

@@ -68,7 +68,7 @@ class Reporter:
         try:
             fence.check(self.path.parent)
         except fence.Superseded:
-            self._held = self._held_lines = []  # a superseded run writes nothing more, held windows neither
+            self._held, self._held_lines = [], []  # a superseded run writes nothing more, held windows neither
             self.close()
             raise
         self._fh.write("".join(self._held))
