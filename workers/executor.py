@@ -30,7 +30,8 @@ from workers.runner.config import JobSpec, dump_yaml
 
 log = logging.getLogger(__name__)
 EVENTS_SECONDS = 1.0  # how often metrics and progress are read from events.jsonl
-#: a running job's output is stored every BATCH_SECONDS, or less often while this worker process supervises so
+#: a followed job's output is stored every BATCH_SECONDS (one nobody follows, about once a second:
+#: ``workers.logwriter``), or less often while this worker process supervises so
 #: many jobs that their ticks together would pass TICKS_PER_SECOND (then every jobs / TICKS_PER_SECOND seconds:
 #: 200 ms for 100 jobs). Each tick of each job is a wake-up, a poll and, when it printed, a database write and a
 #: Redis entry: 100 jobs at 20 ticks a second took ~0.25 of a core in the worker alone (bench/log_fanout.py
@@ -196,8 +197,9 @@ class Execution:
         return None
 
     def supervise(self) -> Stop | None:
-        """Until the processes exit: store their output every ``BATCH_SECONDS`` (less often beside many
-        other jobs: ``TICKS_PER_SECOND``), read events, renew the lease, and stop them when a limit is
+        """Until the processes exit: store their output every ``BATCH_SECONDS`` while somebody follows the
+        log (less often beside many other jobs: ``TICKS_PER_SECOND``; about once a second while nobody
+        does: ``LogWriter.flush_due``), read events, renew the lease, and stop them when a limit is
         reached. The stop reason, if any."""
         assert self.handle is not None
         started = time.monotonic()
@@ -211,7 +213,8 @@ class Execution:
                 every = max(BATCH_SECONDS, len(_SUPERVISING) / TICKS_PER_SECOND)
                 time.sleep(max(0.0, every - (time.monotonic() - flushed)))  # a flush every 50 ms, not 50 ms + flush
                 flushed = time.monotonic()
-                self.flush_lines()
+                self._take_output()
+                self.log.flush_due()  # every tick while somebody follows the log, else about once a second
                 now = time.monotonic()
                 if now >= next_events:  # charts and progress follow within about a second
                     next_events = now + EVENTS_SECONDS

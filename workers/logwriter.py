@@ -8,6 +8,14 @@ only what fits in ``pending`` (``room``): a job printing faster than its log is 
 its own ``print`` (the pipe fills), and no line is lost. During an outage the job must not
 stall on the dashboard: at most ``PENDING_MAX`` lines wait; beyond that new lines are counted,
 not kept, and one marker line says how many are missing, where they are missing.
+
+While somebody follows the log live (``logs.watched``: the job page, ``trainhub logs -f``, an API
+reader), the executor stores what the job printed every 50 ms and each batch is published to the job's
+Redis Stream. While nobody does, lines are stored at most once per ``UNWATCHED_STORE_SECONDS`` (a line
+after a quiet second at once) and not published: a job printing 70 lines a second then costs its worker one
+transaction a second instead of twenty and twenty stream entries (docs/BENCHMARKS.md, "2026-12-07,
+06:00"). The worker asks whether anyone watches every ``WATCH_CHECK_SECONDS``, so a viewer who comes is
+live within about that; what was printed before is in the database, where the live channel looks first.
 """
 from __future__ import annotations
 
@@ -29,6 +37,8 @@ FLUSH_MAX = 20_000  # lines per statement: bounded, even after a burst
 PENDING_MAX = 200_000
 DB_BACKOFF_MAX = 5.0  # seconds between retries while the database is unavailable
 TAIL_LINES = 20
+UNWATCHED_STORE_SECONDS = 1.0  # the most often a log nobody follows is stored (see the module doc)
+WATCH_CHECK_SECONDS = 0.25  # how often the worker asks Redis whether anyone follows the job's log
 
 
 class DbOutage:
@@ -57,6 +67,20 @@ class DbOutage:
         self.down_since, self.backoff, self.retry_at = None, 0.0, 0.0
 
 
+class Viewers:
+    """Whether anyone follows a job's log live (``logs.watched``), asked at most every ``WATCH_CHECK_SECONDS``."""
+
+    def __init__(self, job_id: int):
+        self.job_id = job_id
+        self.asked = float("-inf")
+        self.answer = True
+
+    def watched(self, now: float) -> bool:
+        if now - self.asked >= WATCH_CHECK_SECONDS:
+            self.asked, self.answer = now, logs.watched(self.job_id)
+        return self.answer
+
+
 class LogWriter:
     """``lines`` takes ``(stream, [(rank, text), ...])`` from any thread; ``flush`` stores them."""
 
@@ -75,6 +99,8 @@ class LogWriter:
         self.activity = time.monotonic()  # last output of the job (the watchdog's clock)
         self.tail: list[str] = []  # the job's last lines, to tell a full disk from other failures
         self.cap = ByteCap()  # bytes of the job's output stored per attempt
+        self.viewers = Viewers(job.pk)
+        self.stored_at = float("-inf")  # when lines were last stored (``flush_due``)
 
     def system(self, text: str) -> None:
         """A line of the dashboard's own ("s"), e.g. why the job stopped."""
@@ -121,18 +147,34 @@ class LogWriter:
         self._collect()
         return self.seq
 
+    def flush_due(self) -> None:
+        """The executor's tick: store what the job printed if somebody follows the log live, if nobody
+        does and ``UNWATCHED_STORE_SECONDS`` have passed since the last store, or if a full statement's
+        worth waits (see the module doc)."""
+        self._collect()
+        if not self.pending and not self.dropped:
+            return
+        now = time.monotonic()
+        if (self.viewers.watched(now) or now - self.stored_at >= UNWATCHED_STORE_SECONDS
+                or len(self.pending) >= FLUSH_MAX):
+            self.flush()
+
     def flush(self) -> bool:
-        """Store what the job printed. Returns False while the database is unavailable: the
-        lines stay pending (seqs assigned, so a retry neither loses nor duplicates them)."""
+        """Store what the job printed (and publish it, if somebody follows the log). Returns False while
+        the database is unavailable: the lines stay pending (seqs assigned, so a retry neither loses nor
+        duplicates them)."""
         self._collect()
         if not self.pending and not self.dropped:
             return True
-        if time.monotonic() < self.outage.retry_at:
+        now = time.monotonic()
+        if now < self.outage.retry_at:
             return False
+        live = self.viewers.watched(now)
         try:
             while self.pending:
-                logs.append_lines(self.job.pk, self.pending[:FLUSH_MAX])
+                logs.append_lines(self.job.pk, self.pending[:FLUSH_MAX], live=live)
                 del self.pending[:FLUSH_MAX]
+                self.stored_at = now
             if self.dropped:
                 self._take([], "s")  # the marker alone
                 return self.flush()

@@ -105,6 +105,21 @@ def test_logs_page_after_a_sequence_number_and_metrics_come_as_series(api, cpu_p
     assert [p["step"] for p in series["loss"]] == [0, 1, 2]
 
 
+def test_reading_a_running_jobs_log_tells_its_worker_someone_follows_it_and_a_finished_ones_does_not(
+        api, cpu_pool, user, live_settings):
+    """``trainhub logs -f`` reads the log through this API: while it does, the worker stores the job's lines
+    every 50 ms instead of about once a second (workers/logwriter.py; the live page does the same)."""
+    from trainhub.jobs import logs
+
+    running = Job.objects.create(owner=user, name="r", mode="centralized", spec={}, pool=cpu_pool, status="running")
+    done = Job.objects.create(owner=user, name="d", mode="centralized", spec={}, pool=cpu_pool, status="succeeded")
+    assert not logs.watched(running.pk)
+    for job in (running, done):
+        assert api.get(f"/api/jobs/{job.pk}/logs").status_code == 200
+    assert logs.watched(running.pk) and not logs.watched(done.pk)
+    assert 0 < logs.redis_client().ttl(logs.watch_key(running.pk)) <= logs.WATCH_SECONDS
+
+
 def test_the_schema_is_served(client):
     schema = client.get("/api/openapi.json").json()
     assert {"/api/jobs", "/api/pools", "/api/templates", "/api/jobs/{job_id}/files/{path}"} <= set(schema["paths"])

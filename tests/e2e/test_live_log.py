@@ -1,6 +1,8 @@
 """A real job on a real worker, followed live over SSE through uvicorn."""
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -95,3 +97,64 @@ def test_a_pool_with_a_retention_cap_keeps_the_head_and_the_newest_lines_of_a_ch
     seqs = [l["seq"] for l in lines]
     assert seqs == sorted(set(seqs)) and seqs[-1] == job.log_lines - 1  # in order, once each, to the end
     assert lines[-1]["text"].startswith("finished")
+
+
+def test_a_log_nobody_follows_is_stored_each_second_unpublished_and_a_viewer_who_comes_gets_it_live(
+        start_worker, cpu_pool, user_client, web):
+    """A job printing 50 lines a second: while nobody follows it, its worker stores the lines about once a
+    second and publishes none (a transaction a second instead of twenty); a viewer who opens the stream gets
+    every line, in order, and what is printed from half a second after it came, live (workers/logwriter.py)."""
+    import statistics
+    from pathlib import Path
+
+    from trainhub.jobs import logs
+    from trainhub.pools.models import Workspace
+
+    Workspace.objects.create(name="logbench", path=str(Path(__file__).resolve().parents[2] / "bench"))
+    start_worker("cpu")
+    spec = {"name": "watched", "mode": "script", "script": {"workspace": "logbench", "entry": "log_printer.py",
+                                                            "args": ["500", "50"]}}  # 10 s
+    response = user_client.post("/api/jobs", spec, content_type="application/json")
+    assert response.status_code == 201, response.content
+    job_id = response.json()["id"]
+
+    def printed(rows):  # (line number, the time it was printed, the time it was stored) of the printer's lines
+        return [(int(text.split()[0]), float(text.split()[1]), at.timestamp()) for text, at in rows]
+
+    wait_for(lambda: LogLine.objects.filter(job_id=job_id, stream="o").count() >= 100, timeout=120,
+             message="two seconds of the job's lines to be stored")
+    alone = printed(LogLine.objects.filter(job_id=job_id, stream="o").values_list("text", "at"))
+    span = alone[-1][1] - alone[0][1]
+    stores = len({at for *_, at in alone})
+    assert stores <= span + 2, f"{stores} stores of {len(alone)} lines printed over {span:.1f} s, nobody watching"
+    assert logs.redis_client().xlen(logs.stream_key(job_id)) == 0, "lines were published while nobody followed"
+    stored_before = LogLine.objects.filter(job_id=job_id).order_by("-seq").values_list("seq", flat=True)[0]
+
+    came = time.time()
+    arrivals, seqs, end = [], [], None
+    with httpx.stream("GET", f"{web.url}/jobs/{job_id}/logs/stream", cookies=session_cookie(user_client),
+                      timeout=httpx.Timeout(120, connect=10)) as response:
+        for event, _, data in sse_events(response):
+            if event == "end":
+                end = data
+                break
+            seqs.append(data["seq"])
+            if data["stream"] == "o":
+                number, at = data["text"].split()
+                arrivals.append((int(number), float(at), time.time()))
+    job = Job.objects.get(pk=job_id)
+    assert end["status"] == job.status == "succeeded"
+    assert seqs == list(range(job.log_lines)), "the viewer missed or repeated lines"
+    assert [n for n, *_ in arrivals] == list(range(500))
+    live = [(n, at, seen) for n, at, seen in arrivals if at >= came + 0.5]
+    assert len(live) >= 100, f"only {len(live)} lines were printed after the viewer came: too late to tell"
+    latency = statistics.median(seen - at for _, at, seen in live)
+    assert latency <= 0.35, f"median print -> viewer {latency * 1000:.0f} ms for lines printed after it came"
+
+    followed = [row for row in printed(LogLine.objects.filter(job_id=job_id, stream="o").values_list("text", "at"))
+                if row[1] >= came + 0.5]
+    span = followed[-1][1] - followed[0][1]
+    stores = len({at for *_, at in followed})
+    assert stores >= 5 * span, f"only {stores} stores in {span:.1f} s while a viewer followed the job"
+    first_published = logs.redis_client().xrange(logs.stream_key(job_id), count=1)[0][1]
+    assert int(first_published[b"seq"]) > stored_before, "lines stored before the viewer came were published"

@@ -73,8 +73,11 @@ def test_a_job_runs_through_a_password_redis_and_its_process_sees_no_secrets(pas
     assert response.status_code == 201, response.content
     job_id = response.json()["id"]
 
-    job = wait_for(lambda: (j := Job.objects.get(pk=job_id)).status in ("succeeded", "failed", "cancelled") and j,
-                   timeout=180, interval=0.5, message="the job to finish")
+    def finished():  # followed meanwhile, as a viewer would: the worker publishes the lines of a followed job
+        logs.mark_watched(job_id)
+        return (j := Job.objects.get(pk=job_id)).status in ("succeeded", "failed", "cancelled") and j
+
+    job = wait_for(finished, timeout=180, interval=0.5, message="the job to finish")
     lines = [l.text for l in logs.read_lines(job_id, limit=10000)]
     assert job.status == "succeeded", (job.error, lines[-20:])
     keys = {line.split()[1] for line in lines if line.startswith("ENVKEY ")}

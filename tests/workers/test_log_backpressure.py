@@ -26,9 +26,9 @@ def test_a_flood_faster_than_the_database_is_stored_whole_and_in_order(cpu_pool,
     monkeypatch.setattr(base, "OUTPUT_LINES", 5_000)  # more than the pending buffer: the end drains it in turns
     real_append = logs.append_lines
 
-    def slow_append(job_id, lines):  # a database that takes ~20,000 lines/s at most
+    def slow_append(job_id, lines, **kwargs):  # a database that takes ~20,000 lines/s at most
         time.sleep(0.01)
-        return real_append(job_id, lines)
+        return real_append(job_id, lines, **kwargs)
 
     monkeypatch.setattr(logs, "append_lines", slow_append)
     job = job_submit(owner=user, data=script("ticker.py", str(LINES), "0"))

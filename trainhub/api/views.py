@@ -9,7 +9,7 @@ from trainhub.api.models import ApiToken
 from trainhub.api.schemas import Created, JobDetailOut, JobOut, JobPage, LogPage, Metrics, responses
 from trainhub.api.views_common import job_for
 from trainhub.jobs import logs
-from trainhub.jobs.models import Status as JobStatus
+from trainhub.jobs.models import FINAL, Status as JobStatus
 from trainhub.jobs.services import job_cancel, job_submit, jobs_visible_to, may_cancel
 from trainhub.runs.waiting import pool_warning
 
@@ -82,6 +82,8 @@ def cancel_job(request, job_id: int):
 @api.get("/jobs/{job_id}/logs", response=responses({200: LogPage}), summary="Log lines after a sequence number")
 def job_logs(request, job_id: int, after: int = -1, limit: int = Query(1000, ge=1, le=10000)):
     job = _job(request, job_id)
+    if job.status not in FINAL:  # a follower (``trainhub logs -f``) gets lines stored every 50 ms, not each second
+        logs.mark_watched(job.pk)
     lines = logs.read_lines(job.pk, after=after, limit=limit)
     return {"lines": [l._asdict() for l in lines], "next_after": lines[-1].seq if lines else after,
             "job_status": job.status, "step": job.step, "total_steps": job.total_steps,

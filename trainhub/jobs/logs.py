@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 STREAM_MAXLEN = 2_000
 ENTRY_LINES = 200
 STREAM_TTL = 24 * 3600  # a finished job's live stream goes away a day after its last line
+#: how long a reader's mark that it follows a job's log live lasts: the live channel renews it about once a
+#: second while it has viewers, a REST read of a running job's log sets it (``mark_watched``)
+WATCH_SECONDS = 10
 
 
 class Line(NamedTuple):
@@ -34,13 +37,38 @@ def stream_key(job_id: int) -> str:
     return f"trainhub:log:{job_id}"
 
 
+def watch_key(job_id: int) -> str:
+    """Set while someone follows the job's log live; the worker publishes lines to the job's stream, and
+    stores them every 50 ms, only then (``workers.logwriter.Viewers``)."""
+    return f"trainhub:log-watch:{job_id}"
+
+
+def mark_watched(job_id: int) -> None:
+    """Say that a reader follows the job's log now (best effort: without Redis the worker stores at the fast
+    pace anyway, see ``watched``)."""
+    try:
+        redis_client().set(watch_key(job_id), 1, ex=WATCH_SECONDS)
+    except redis.RedisError as exc:
+        log.info("could not mark job %s's log as followed: %s", job_id, exc)
+
+
+def watched(job_id: int) -> bool:
+    """Whether someone has followed the job's log live in the last ``WATCH_SECONDS``. True when Redis cannot
+    say: then readers poll the database, which should stay as fresh as before."""
+    try:
+        return bool(redis_client().exists(watch_key(job_id)))
+    except redis.RedisError:
+        return True
+
+
 @lru_cache(maxsize=1)
 def redis_client() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2)
 
 
-def append_lines(job_id: int, lines: list[Line] | list[tuple[int, int, str, str]]) -> None:
-    """Store a batch durably (idempotent per seq), then publish it live (best effort).
+def append_lines(job_id: int, lines: list[Line] | list[tuple[int, int, str, str]], *, live: bool = True) -> None:
+    """Store a batch durably (idempotent per seq), then publish it live (best effort; not when ``live`` is
+    False: nobody follows the job, ``watched``, and a reader who comes finds the lines in the database).
 
     One statement per batch and one stream entry per ``ENTRY_LINES`` lines keep a job printing
     100k lines/s cheap; ORM objects per line cost ten times more. On PostgreSQL the batch goes in
@@ -53,7 +81,7 @@ def append_lines(job_id: int, lines: list[Line] | list[tuple[int, int, str, str]
     """
     if not lines:
         return
-    batch = _Batch(job_id, lines)
+    batch = _Batch(job_id, lines, live)
     if connection.in_atomic_block:  # the caller's transaction: other threads' lines must not ride on it
         _write([batch])
     else:
@@ -63,11 +91,12 @@ def append_lines(job_id: int, lines: list[Line] | list[tuple[int, int, str, str]
 
 
 class _Batch:
-    __slots__ = ("job_id", "lines", "error", "done", "turn")
+    __slots__ = ("job_id", "lines", "live", "error", "done", "turn")
 
-    def __init__(self, job_id: int, lines: list):
+    def __init__(self, job_id: int, lines: list, live: bool = True):
         self.job_id = job_id
         self.lines = lines
+        self.live = live  # published to the job's Redis Stream once stored
         self.error: BaseException | None = None
         self.done = False
         self.turn = threading.Event()  # set when stored (``done``) or when it is this thread's turn to store
@@ -194,7 +223,10 @@ def _count_sqlite(cursor, table: str, before: int, counts: list[tuple[int, int]]
 
 
 def _publish(group: list[_Batch]) -> None:
-    """The group's lines on their jobs' Redis Streams, in one round trip."""
+    """The group's live lines on their jobs' Redis Streams, in one round trip."""
+    group = [batch for batch in group if batch.live]
+    if not group:
+        return
     try:
         pipe = redis_client().pipeline(transaction=False)
         for batch in group:

@@ -147,6 +147,10 @@ class Hub:
                         self.notify()
                         await asyncio.sleep(0.25)
                         continue
+                try:  # the worker publishes the job's lines, and stores them every 50 ms, while this is set
+                    await client.set(logs.watch_key(self.job_id), 1, ex=logs.WATCH_SECONDS)
+                except (redis.RedisError, OSError) as exc:  # the read below finds out whether Redis is gone
+                    log.info("live log for job %s: could not mark it followed (%s)", self.job_id, exc)
                 self.notify()  # the status and the page's sections, and lines held back (below)
                 window = settings.TRAINHUB_SSE_COALESCE_MS / 1000
                 held, woke = False, time.monotonic()  # lines read but not yet announced; last wake-up
