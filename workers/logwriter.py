@@ -11,10 +11,11 @@ not kept, and one marker line says how many are missing, where they are missing.
 
 While somebody follows the log live (``logs.watched``: the job page, ``trainhub logs -f``, an API
 reader), the executor stores what the job printed every 50 ms and each batch is published to the job's
-Redis Stream. While nobody does, lines are stored at most once per ``UNWATCHED_STORE_SECONDS`` (a line
-after a quiet second at once) and not published: a job printing 70 lines a second then costs its worker one
-transaction a second instead of twenty and twenty stream entries (docs/BENCHMARKS.md, "2026-12-07,
-06:00"). The worker asks whether anyone watches every ``WATCH_CHECK_SECONDS``, so a viewer who comes is
+Redis Stream. While nobody does, lines are not published and are stored about once per
+``UNWATCHED_STORE_SECONDS``: a token bucket of ``UNWATCHED_BURST`` stores, so the first lines of a start
+and a line after a quiet spell are stored at once, and a job printing 70 lines a second costs its worker one
+transaction a second instead of twenty, and no stream entries (docs/BENCHMARKS.md, "2026-12-07,
+06:15"). The worker asks whether anyone watches every ``WATCH_CHECK_SECONDS``, so a viewer who comes is
 live within about that; what was printed before is in the database, where the live channel looks first.
 """
 from __future__ import annotations
@@ -37,7 +38,8 @@ FLUSH_MAX = 20_000  # lines per statement: bounded, even after a burst
 PENDING_MAX = 200_000
 DB_BACKOFF_MAX = 5.0  # seconds between retries while the database is unavailable
 TAIL_LINES = 20
-UNWATCHED_STORE_SECONDS = 1.0  # the most often a log nobody follows is stored (see the module doc)
+UNWATCHED_STORE_SECONDS = 1.0  # how often a log nobody follows is stored, once its burst is spent (module doc)
+UNWATCHED_BURST = 3  # stores of a log nobody follows that may come at once (a start's first lines)
 WATCH_CHECK_SECONDS = 0.25  # how often the worker asks Redis whether anyone follows the job's log
 
 
@@ -100,7 +102,7 @@ class LogWriter:
         self.tail: list[str] = []  # the job's last lines, to tell a full disk from other failures
         self.cap = ByteCap()  # bytes of the job's output stored per attempt
         self.viewers = Viewers(job.pk)
-        self.stored_at = float("-inf")  # when lines were last stored (``flush_due``)
+        self.stores, self.refilled = float(UNWATCHED_BURST), time.monotonic()  # ``flush_due``'s token bucket
 
     def system(self, text: str) -> None:
         """A line of the dashboard's own ("s"), e.g. why the job stopped."""
@@ -148,16 +150,18 @@ class LogWriter:
         return self.seq
 
     def flush_due(self) -> None:
-        """The executor's tick: store what the job printed if somebody follows the log live, if nobody
-        does and ``UNWATCHED_STORE_SECONDS`` have passed since the last store, or if a full statement's
-        worth waits (see the module doc)."""
+        """The executor's tick: store what the job printed if somebody follows the log live, if a full
+        statement's worth waits, or else if the bucket of unwatched stores holds one (see the module doc)."""
         self._collect()
         if not self.pending and not self.dropped:
             return
         now = time.monotonic()
-        if (self.viewers.watched(now) or now - self.stored_at >= UNWATCHED_STORE_SECONDS
-                or len(self.pending) >= FLUSH_MAX):
+        self.stores = min(UNWATCHED_BURST, self.stores + (now - self.refilled) / UNWATCHED_STORE_SECONDS)
+        self.refilled = now
+        if self.viewers.watched(now) or len(self.pending) >= FLUSH_MAX:
             self.flush()
+        elif self.stores >= 1 and self.flush():
+            self.stores -= 1
 
     def flush(self) -> bool:
         """Store what the job printed (and publish it, if somebody follows the log). Returns False while
@@ -174,7 +178,6 @@ class LogWriter:
             while self.pending:
                 logs.append_lines(self.job.pk, self.pending[:FLUSH_MAX], live=live)
                 del self.pending[:FLUSH_MAX]
-                self.stored_at = now
             if self.dropped:
                 self._take([], "s")  # the marker alone
                 return self.flush()
