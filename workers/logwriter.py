@@ -15,8 +15,10 @@ Redis Stream. While nobody does, lines are not published and are stored about on
 ``UNWATCHED_STORE_SECONDS``: a token bucket of ``UNWATCHED_BURST`` stores, so the first lines of a start
 and a line after a quiet spell are stored at once, and a job printing 70 lines a second costs its worker one
 transaction a second instead of twenty, and no stream entries (docs/BENCHMARKS.md, "2026-12-07,
-06:15"). The worker asks whether anyone watches every ``WATCH_CHECK_SECONDS``, so a viewer who comes is
-live within about that; what was printed before is in the database, where the live channel looks first.
+06:15"). While nobody watches, the worker asks every ``WATCH_CHECK_SECONDS``, so a viewer who comes is live
+within about that (what was printed before is in the database, where the live channel looks first); while
+somebody does, every ``WATCHED_CHECK_SECONDS`` (the mark lasts 10 s; a viewer gone costs a second more of the
+fast pace, not a lost line).
 """
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ DB_BACKOFF_MAX = 5.0  # seconds between retries while the database is unavailabl
 TAIL_LINES = 20
 UNWATCHED_STORE_SECONDS = 1.0  # how often a log nobody follows is stored, once its burst is spent (module doc)
 UNWATCHED_BURST = 3  # stores of a log nobody follows that may come at once (a start's first lines)
-WATCH_CHECK_SECONDS = 0.25  # how often the worker asks Redis whether anyone follows the job's log
+WATCH_CHECK_SECONDS = 0.25  # how often the worker asks Redis whether anyone follows the job's log, while nobody does
+WATCHED_CHECK_SECONDS = 1.0  # and while somebody does
 
 
 class DbOutage:
@@ -70,7 +73,8 @@ class DbOutage:
 
 
 class Viewers:
-    """Whether anyone follows a job's log live (``logs.watched``), asked at most every ``WATCH_CHECK_SECONDS``."""
+    """Whether anyone follows a job's log live (``logs.watched``), asked at most every ``WATCH_CHECK_SECONDS``
+    (``WATCHED_CHECK_SECONDS`` once somebody does)."""
 
     def __init__(self, job_id: int):
         self.job_id = job_id
@@ -78,7 +82,7 @@ class Viewers:
         self.answer = True
 
     def watched(self, now: float) -> bool:
-        if now - self.asked >= WATCH_CHECK_SECONDS:
+        if now - self.asked >= (WATCHED_CHECK_SECONDS if self.answer else WATCH_CHECK_SECONDS):
             self.asked, self.answer = now, logs.watched(self.job_id)
         return self.answer
 
