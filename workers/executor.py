@@ -99,10 +99,11 @@ class Execution:
     def system(self, text: str) -> None:
         self.log.system(text)
 
-    def flush_lines(self) -> bool:
-        """Store what the job printed; False while the database is unavailable (see LogWriter)."""
+    def flush_lines(self, *, due: bool = False) -> bool:
+        """Store what the job printed; False while the database is unavailable (see LogWriter). ``due``: the
+        supervision tick's, which stores only when the log's pace says so (``LogWriter.due``)."""
         self._take_output()
-        return self.log.flush()
+        return self.log.flush_due() if due else self.log.flush()
 
     def _take_output(self) -> bool:
         """Move what fits in the log's pending buffer from the run to the log (the rest waits in
@@ -213,8 +214,7 @@ class Execution:
                 every = max(BATCH_SECONDS, len(_SUPERVISING) / TICKS_PER_SECOND)
                 time.sleep(max(0.0, every - (time.monotonic() - flushed)))  # a flush every 50 ms, not 50 ms + flush
                 flushed = time.monotonic()
-                self._take_output()
-                self.log.flush_due()  # every tick while somebody follows the log, else about once a second
+                self.flush_lines(due=True)  # every tick while somebody follows the log, else about once a second
                 now = time.monotonic()
                 if now >= next_events:  # charts and progress follow within about a second
                     next_events = now + EVENTS_SECONDS

@@ -153,19 +153,20 @@ class LogWriter:
         self._collect()
         return self.seq
 
-    def flush_due(self) -> None:
-        """The executor's tick: store what the job printed if somebody follows the log live, if a full
-        statement's worth waits, or else if the bucket of unwatched stores holds one (see the module doc)."""
+    def due(self) -> bool:
+        """Whether the executor's tick should store what waits: somebody follows the log live, a full
+        statement's worth waits, or else the bucket of unwatched stores holds one (see the module doc)."""
         self._collect()
         if not self.pending and not self.dropped:
-            return
+            return False
         now = time.monotonic()
         self.stores = min(UNWATCHED_BURST, self.stores + (now - self.refilled) / UNWATCHED_STORE_SECONDS)
         self.refilled = now
-        if self.viewers.watched(now) or len(self.pending) >= FLUSH_MAX:
-            self.flush()
-        elif self.stores >= 1 and self.flush():
-            self.stores -= 1
+        return self.viewers.watched(now) or len(self.pending) >= FLUSH_MAX or self.stores >= 1
+
+    def flush_due(self) -> bool:
+        """``flush`` if ``due``; False while the database is unavailable."""
+        return self.flush() if self.due() else True
 
     def flush(self) -> bool:
         """Store what the job printed (and publish it, if somebody follows the log). Returns False while
@@ -182,6 +183,7 @@ class LogWriter:
             while self.pending:
                 logs.append_lines(self.job.pk, self.pending[:FLUSH_MAX], live=live)
                 del self.pending[:FLUSH_MAX]
+                self.stores = max(0.0, self.stores - 1)
             if self.dropped:
                 self._take([], "s")  # the marker alone
                 return self.flush()

@@ -92,22 +92,23 @@ class SlurmExecution(executor.Execution):
             self.handle.close(0)
             raise
 
-    def flush_lines(self) -> bool:
+    def flush_lines(self, *, due: bool = False) -> bool:
         if self.handle is None:
-            return super().flush_lines()
+            return super().flush_lines(due=due)
         self._take_output()  # what fits in the pending buffer; the rest waits in Redis (backpressure)
-        cursor = self.handle.cursor
-        if cursor != self.recorded and self.stored:
-            # Before the lines it counts are stored: a worker adopting the job after a crash here
-            # compares the log's length with cursor_seq to know which cursor holds.
-            try:
-                SlurmRun.objects.filter(job_id=self.job.pk, attempt=self.job.attempt).update(
-                    cursor=cursor, cursor_seq=self.log.number(), prev_cursor=self.recorded or {})
-                self.recorded = cursor
-            except DB_ERRORS as exc:
-                self.outage.failed(exc)
-                return False
-        self.stored = self.log.flush()
+        if not due or self.log.due():  # the cursor is recorded only just before the lines it counts are stored
+            cursor = self.handle.cursor
+            if cursor != self.recorded and self.stored:
+                # Before the lines it counts are stored: a worker adopting the job after a crash here
+                # compares the log's length with cursor_seq to know which cursor holds.
+                try:
+                    SlurmRun.objects.filter(job_id=self.job.pk, attempt=self.job.attempt).update(
+                        cursor=cursor, cursor_seq=self.log.number(), prev_cursor=self.recorded or {})
+                    self.recorded = cursor
+                except DB_ERRORS as exc:
+                    self.outage.failed(exc)
+                    return False
+            self.stored = self.log.flush()
         now = time.monotonic()
         if now >= self.next_reason:
             self._follow_queue(now)
