@@ -85,20 +85,26 @@ class Web:
             raise RuntimeError(f"submit failed: {response.status_code} {response.text[:300]}")
         return response.json()["id"]
 
-    def run(self, spec: dict, *, every: float = 0.25, while_waiting=None):
+    def run(self, spec: dict, *, every: float = 0.25, while_waiting=None, follow: bool = False):
         """Submit ``spec`` and wait for its final status, which must be ``succeeded``: (the job, the
         seconds from the request to the final status). The end is the job's ``finished_at`` as the worker
         recorded it, not the moment a look here saw it, so the looks can be rare: a query every 20 ms beside
         the job took CPU from its training (a 1 ms-step job on two OpenMP threads trained 7 % slower beside
         such a loop, docs/BENCHMARKS.md). ``while_waiting()`` is called at each look, every ``every``
-        seconds (a bench's CPU sampling)."""
+        seconds (a bench's CPU sampling). ``follow``: read the job's log through the API once a second
+        meanwhile, as ``trainhub logs -f`` does, so the worker stores it at a followed job's pace."""
         from trainhub.jobs.models import Job
 
         started = time.time()  # the wall clock, as finished_at's
         pk = self.submit(spec)
+        after, read_at = -1, 0.0
         while Job.objects.filter(pk=pk, status__in=["queued", "running", "cancelling"]).exists():
             if while_waiting is not None:
                 while_waiting()
+            if follow and time.monotonic() - read_at >= 1.0:
+                read_at = time.monotonic()
+                after = self.client.get(f"/api/jobs/{pk}/logs", params={"after": after, "limit": 10000}).json()[
+                    "next_after"]
             time.sleep(every)
         job = Job.objects.get(pk=pk)
         if job.status != "succeeded":

@@ -3,7 +3,7 @@ the dashboard (REST API → Celery worker → executor → runner → succeeded)
 and for 2-rank DDP (bare `torchrun` script vs a TrainHub `ddp` job).
 
     .venv/bin/python bench/dashboard_overhead.py [--samples 20000] [--epochs 5] [--repeats 7]
-        [--cases one,ddp,digits] [--digits-epochs 200] [--cli]
+        [--cases one,ddp,digits] [--digits-epochs 200] [--cli] [--follow]
 
 Cases: ``one`` and ``ddp`` — an MLP on synthetic rows (``--samples``, ``--epochs``), one process and
 2-rank DDP, logging once per run; ``digits`` — the default form's job as a user submits it (sklearn's
@@ -11,6 +11,9 @@ digits, the MLP, batch 64, a log window every 10 steps; ``--digits-epochs``), a 
 ~1 ms on CPU, so the runner's cost per step shows. ``--cli`` adds a third side to the one-process
 cases: the same spec through the runner's command line (``python -m workers.runner --config``, no
 dashboard, no sandbox), so what the runner costs and what the dashboard around it costs are told apart.
+``--follow`` reads each dashboard job's log through the API once a second while it runs, as ``trainhub logs
+-f`` does: a followed job's log is stored every 50 ms and published live, one nobody follows about once a
+second (workers/logwriter.py).
 
 Runs a Redis server, a Celery worker and a uvicorn server of its own. Wall times are interleaved
 (bare, dashboard, bare, ...) so that load from other work hits both sides alike; the dashboard's
@@ -68,6 +71,8 @@ def main() -> None:
     parser.add_argument("--digits-epochs", type=int, default=200)
     parser.add_argument("--cli", action="store_true",
                         help="also run the one-process cases through `python -m workers.runner` (a third side)")
+    parser.add_argument("--follow", action="store_true",
+                        help="follow each dashboard job's log through the API once a second, as `trainhub logs -f`")
     parser.add_argument("--threads", type=int, default=0,
                         help="OMP_NUM_THREADS of every training process, both sides (the worker passes its own on); "
                              "default: what the executor gives, the cores over the ranks")
@@ -136,7 +141,7 @@ def main() -> None:
                     rows[f"cli_{case}"].append(wall)
                     rows[f"cli_training_{case}"].append(training)
                 before = cpu_seconds(pids)
-                rows[f"dash_{case}"].append(web.run(spec)[1])
+                rows[f"dash_{case}"].append(web.run(spec, follow=ns.follow)[1])
                 after = cpu_seconds(pids)
                 beside[case].append({k: round(after[k] - before[k], 3) for k in after})
     med = {k: statistics.median(v) for k, v in rows.items()}
@@ -145,7 +150,8 @@ def main() -> None:
     titles = {"one": f"one process, synthetic ({ns.samples} rows, batch {ns.batch}, {ns.epochs} epochs)",
               "ddp": f"DDP, 2 ranks (gloo), synthetic ({ns.samples} rows, batch {ns.batch}, {ns.epochs} epochs)",
               "digits": f"the default form's digits MLP, {ns.digits_epochs} epochs, a log window every 10 steps"}
-    print(f"median of {ns.repeats}, pool sandbox {ns.sandbox}, OMP_NUM_THREADS {ns.threads or 'as the executor sets'}\n")
+    print(f"median of {ns.repeats}, pool sandbox {ns.sandbox}, OMP_NUM_THREADS {ns.threads or 'as the executor sets'}"
+          f"{', each job followed through the API' if ns.follow else ''}\n")
     print("| run | bare | through TrainHub (submit → succeeded) | ratio |")
     print("| --- | --- | --- | --- |")
     for c in cases:
@@ -165,6 +171,7 @@ def main() -> None:
         "samples": ns.samples, "epochs": ns.epochs, "batch": ns.batch, "repeats": ns.repeats, "sandbox": ns.sandbox,
         "cases": cases, "digits_epochs": ns.digits_epochs, "threads": ns.threads or "the executor's",
         "submit": "HTTP POST /api/jobs (API token) -> final status (finished_at; looked for every 0.25 s)",
+        "followed": "the log read through GET /api/jobs/{id}/logs once a second while it ran" if ns.follow else False,
         "seconds": rows, "median_s": med, "ratios": ratios, "cli_ratios": cli_ratios,
         **({"ratio_one_process": ratios["one"]} if "one" in ratios else {}),
         **({"ratio_ddp_2_ranks": ratios["ddp"]} if "ddp" in ratios else {}),
