@@ -106,7 +106,7 @@ class LogWriter:
         self.tail: list[str] = []  # the job's last lines, to tell a full disk from other failures
         self.cap = ByteCap()  # bytes of the job's output stored per attempt
         self.viewers = Viewers(job.pk)
-        self.stores, self.refilled = float(UNWATCHED_BURST), time.monotonic()  # ``flush_due``'s token bucket
+        self.stores, self.refilled = float(UNWATCHED_BURST), time.monotonic()  # ``due``'s token bucket
 
     def system(self, text: str) -> None:
         """A line of the dashboard's own ("s"), e.g. why the job stopped."""
