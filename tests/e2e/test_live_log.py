@@ -14,6 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 def follow(web, job_id: int, cookies: dict, timeout: float = 240) -> tuple[list[dict], dict]:
+    """The job's lines as the viewer got them (each with ``seen``, the time it arrived) and the end event."""
     lines, end = [], None
     with httpx.stream("GET", f"{web.url}/jobs/{job_id}/logs/stream", cookies=cookies,
                       timeout=httpx.Timeout(timeout, connect=10)) as response:
@@ -22,7 +23,7 @@ def follow(web, job_id: int, cookies: dict, timeout: float = 240) -> tuple[list[
                 end = data
                 break
             if event == "message":  # not "skipped": a finished log is sent from its newest 5,000 lines
-                lines.append(data)
+                lines.append({**data, "seen": time.time()})
     return lines, end
 
 
@@ -132,20 +133,12 @@ def test_a_log_nobody_follows_is_stored_each_second_unpublished_and_a_viewer_who
     stored_before = LogLine.objects.filter(job_id=job_id).order_by("-seq").values_list("seq", flat=True)[0]
 
     came = time.time()
-    arrivals, seqs, end = [], [], None
-    with httpx.stream("GET", f"{web.url}/jobs/{job_id}/logs/stream", cookies=session_cookie(user_client),
-                      timeout=httpx.Timeout(120, connect=10)) as response:
-        for event, _, data in sse_events(response):
-            if event == "end":
-                end = data
-                break
-            seqs.append(data["seq"])
-            if data["stream"] == "o":
-                number, at = data["text"].split()
-                arrivals.append((int(number), float(at), time.time()))
+    lines, end = follow(web, job_id, session_cookie(user_client), timeout=120)
+    arrivals = [(int(number), float(at), line["seen"]) for line in lines if line["stream"] == "o"
+                for number, at in [line["text"].split()]]
     job = Job.objects.get(pk=job_id)
     assert end["status"] == job.status == "succeeded"
-    assert seqs == list(range(job.log_lines)), "the viewer missed or repeated lines"
+    assert [line["seq"] for line in lines] == list(range(job.log_lines)), "the viewer missed or repeated lines"
     assert [n for n, *_ in arrivals] == list(range(500))
     live = [(n, at, seen) for n, at, seen in arrivals if at >= came + 0.5]
     assert len(live) >= 100, f"only {len(live)} lines were printed after the viewer came: too late to tell"
