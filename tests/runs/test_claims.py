@@ -165,11 +165,36 @@ def test_a_claim_of_a_row_read_before_it_was_requeued_takes_nothing(cpu_pool, us
 
 def test_a_claim_on_a_cpu_worker_in_a_pool_without_caps_reads_little(cpu_pool, user, django_assert_max_num_queries):
     """The claim is on the way from submit to running (docs/BENCHMARKS.md, "Submit latency"): with
-    one queued owner, no per-user caps and no GPUs it reads the job, the worker, its slots and the
-    owner's best job, then takes it in one transaction."""
+    one queued owner, no per-user caps and no GPUs it reads the job, the worker and its slots in one statement,
+    the pool and the owner's best job, then takes it in one transaction (it was 6 reads and a savepoint)."""
     Worker.objects.create(hostname="w@test", pool=cpu_pool, threads=2)
     job = job_submit(owner=user, data=TINY)
-    with django_assert_max_num_queries(12):  # 6 reads; BEGIN, savepoint, UPDATE, INSERT, release, COMMIT
+    with django_assert_max_num_queries(7):  # 3 reads; BEGIN, UPDATE, INSERT, COMMIT
         decision = claim_next(job.pk, 1, hostname="w@test")
     assert decision.job.pk == job.pk and decision.job.status == "running"
     assert decision.job.pool.name == cpu_pool.name
+
+
+def test_a_claim_counts_running_jobs_and_gang_places_as_busy_slots_and_knows_a_stale_message(gpu_pool, cpu_pool,
+                                                                                               user):
+    """What the claim's first look reads in one statement, each part with the decision it leads to."""
+    WorkerPool.objects.filter(pk=gpu_pool.pk).update(slots_per_worker=2)
+    Worker.objects.create(hostname="a@test", pool=gpu_pool, gpu_count=4, threads=8)
+    gang = gpu_job(user, 1, resources={"nodes": 2, "procs_per_node": 1, "gpus_per_node": 1})
+    single, third = gpu_job(user, 1), gpu_job(user, 1)
+    assert claim_next(gang.pk, 1, hostname="a@test").member is not None  # a place in the gang: one slot
+    assert claim_next(single.pk, 1, hostname="a@test").job.pk == single.pk  # running here: the other slot
+    busy = claim_next(third.pk, 1, hostname="a@test")
+    assert busy.job is None and busy.wait == "all 2 slot(s) of a@test are busy"
+    WorkerPool.objects.filter(pk=gpu_pool.pk).update(slots_per_worker=3)
+    assert claim_next(third.pk, 1, hostname="a@test").job.pk == third.pk
+
+    assert "not queued for this attempt" in claim_next(single.pk, 1, hostname="a@test").drop  # running already
+    fresh = gpu_job(user, 1)
+    assert "not queued for this attempt" in claim_next(fresh.pk, 2, hostname="a@test").drop  # another attempt's
+    assert "not queued for this attempt" in claim_next(999999, 1, hostname="a@test").drop  # the job is gone
+    assert claim_next(fresh.pk, 1, hostname="new@test").wait == "worker new@test is not registered yet"
+    assert "not queued" in claim_next(single.pk, 1, hostname="new@test").drop
+    other = job_submit(owner=user, data=TINY)  # the cpu pool's
+    assert claim_next(other.pk, 1, hostname="a@test").wait == "the job belongs to another pool than gpu"
+    assert Job.objects.get(pk=fresh.pk).status == Job.objects.get(pk=other.pk).status == "queued"

@@ -73,14 +73,17 @@ def owner_usage(pool: WorkerPool) -> Usage:
     return Usage(pool)
 
 
-def best_per_owner(pool: WorkerPool) -> list[Job]:
-    """Each queued owner's best job, one index seek per owner (owner ascending)."""
+def best_per_owner(pool: WorkerPool, last_owner: int | None = None) -> list[Job]:
+    """Each queued owner's best job, one index seek per owner (owner ascending). ``last_owner``: the highest
+    owner id with a queued job, when the caller knows it (the seek that would find nobody after it is left out)."""
     queued = Job.objects.filter(pool=pool, status=Status.QUEUED)  # whole rows: the claim takes one as it is
     best: list[Job] = []
     last = 0
     while (job := queued.filter(owner_id__gt=last).order_by("owner_id", *QUEUE_ORDER).first()) is not None:
         best.append(job)
         last = job.owner_id
+        if last == last_owner:
+            break
     return best
 
 
@@ -105,9 +108,10 @@ def _after(job: Job) -> Iterator[Job]:
         job = page[-1]
 
 
-def candidates(pool: WorkerPool, usage: Usage) -> Iterator[Job]:
-    """Queued jobs in the fair order: every owner's best job first, then each owner's next ones."""
-    best = best_per_owner(pool)
+def candidates(pool: WorkerPool, usage: Usage, *, last_owner: int | None = None) -> Iterator[Job]:
+    """Queued jobs in the fair order: every owner's best job first, then each owner's next ones
+    (``last_owner``: as ``best_per_owner`` takes it)."""
+    best = best_per_owner(pool, last_owner)
     if len(best) > 1:  # one owner: nothing to order
         served = last_started(pool, [j.owner_id for j in best])
         best.sort(key=lambda j: (usage.running.get(j.owner_id, 0), -j.priority, served.get(j.owner_id, _NEVER), j.pk))

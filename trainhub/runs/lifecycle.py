@@ -92,12 +92,17 @@ def job_claim(job_id: int, attempt: int, *, hostname: str, task_id: str = "", gp
         return None
     token = job.lease_token + 1
     reason = f"claimed by {hostname}" + (f" with GPU(s) {','.join(map(str, gpus))}" if gpus else "")
+    def running() -> bool:
+        return job.transition(Status.RUNNING, reason=reason, only_if={"attempt": attempt}, lease_token=token,
+                              lease_expires_at=_lease_until(), worker=worker,
+                              celery_task_id=task_id or job.celery_task_id, exit_code=None, error="")
+
+    if not gpus:  # the transition is one transaction of its own (no savepoint inside another)
+        return job if running() else None
     try:
         with transaction.atomic():
-            won = job.transition(Status.RUNNING, reason=reason, only_if={"attempt": attempt}, lease_token=token,
-                                 lease_expires_at=_lease_until(), worker=worker,
-                                 celery_task_id=task_id or job.celery_task_id, exit_code=None, error="")
-            if won and gpus:  # the unique (worker, index) constraint: two jobs never hold one GPU
+            won = running()
+            if won:  # the unique (worker, index) constraint: two jobs never hold one GPU
                 GpuLease.objects.bulk_create([GpuLease(worker=worker, index=i, job_id=job.pk, lease_token=token)
                                               for i in gpus])
     except IntegrityError:  # another job took one of these GPUs first: the claim is rolled back
