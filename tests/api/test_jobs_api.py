@@ -30,6 +30,24 @@ def test_a_revoked_token_is_401(client, user):
     assert client.get("/api/jobs", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 401
 
 
+def test_a_deactivated_users_token_is_401_and_its_last_use_is_written_once_a_minute(client, user):
+    from datetime import timedelta
+
+    token, raw = ApiToken.issue(user)
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+    assert client.get("/api/jobs", **auth).status_code == 200
+    first = ApiToken.objects.get(pk=token.pk).last_used_at
+    assert first is not None
+    assert client.get("/api/jobs", **auth).status_code == 200
+    assert ApiToken.objects.get(pk=token.pk).last_used_at == first  # not a write per request
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=first - timedelta(minutes=2))
+    assert client.get("/api/jobs", **auth).status_code == 200
+    assert ApiToken.objects.get(pk=token.pk).last_used_at > first  # a minute on: written again
+    user.is_active = False
+    user.save()
+    assert client.get("/api/jobs", **auth).status_code == 401
+
+
 def test_submit_list_get_and_cancel_a_job(api, cpu_pool, no_enqueue):
     created = api.post("/api/jobs", SPEC)
     assert created.status_code == 201, created.content

@@ -3,6 +3,7 @@ import secrets
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import models
 from django.utils import timezone
 
@@ -43,12 +44,23 @@ class ApiToken(models.Model):
 
     @classmethod
     def authenticate(cls, raw: str):
-        token = (cls.objects.select_related("user")
-                 .filter(digest=_digest(raw), revoked_at__isnull=True, user__is_active=True)
-                 .filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now())).first())
-        if token is None:
-            return None
+        """The active user of a live token (not revoked, not expired), or None.
+
+        One SQL statement, not the ORM's: every API request runs it, and building the ORM's query cost ~10 times
+        running it (docs/BENCHMARKS.md, "Submit latency"). ``tests/security/test_token_expiry.py`` and
+        ``tests/api`` check each condition on both databases."""
+        user_model = get_user_model()
         now = timezone.now()
-        if token.last_used_at is None or now - token.last_used_at >= LAST_USED_EVERY:  # not a write per request
-            cls.objects.filter(pk=token.pk).update(last_used_at=now)
-        return token.user
+        found = list(user_model.objects.raw(
+            f"""SELECT u.*, t.id AS token_id,
+                       CASE WHEN t.last_used_at IS NULL OR t.last_used_at <= %s THEN 1 ELSE 0 END AS token_stale
+                FROM {user_model._meta.db_table} u JOIN {cls._meta.db_table} t ON t.user_id = u.id
+                WHERE t.digest = %s AND t.revoked_at IS NULL AND u.is_active = %s
+                  AND (t.expires_at IS NULL OR t.expires_at > %s)""",
+            [now - LAST_USED_EVERY, _digest(raw), True, now]))
+        if not found:
+            return None
+        user = found[0]
+        if user.token_stale:  # "last used" is written once a minute, not on every request
+            cls.objects.filter(pk=user.token_id).update(last_used_at=now)
+        return user
