@@ -29,9 +29,12 @@ from trainhub.runs.scheduling import free_gpus, needs, slots_of, slots_used
 BACKEND_REASONS: dict[str, Callable[[Job], str]] = {}
 
 
+def _online(pool: WorkerPool):
+    return Worker.objects.filter(pool=pool, last_heartbeat__gte=timezone.now() - offline_after())
+
+
 def online_workers(pool: WorkerPool) -> list[Worker]:
-    since = timezone.now() - offline_after()
-    return list(Worker.objects.select_related("pool").filter(pool=pool, last_heartbeat__gte=since))
+    return list(_online(pool).select_related("pool"))
 
 
 def pool_warning(pool: WorkerPool) -> str:
@@ -40,7 +43,7 @@ def pool_warning(pool: WorkerPool) -> str:
         return f"pool {pool.name} is draining: queued jobs wait until an administrator enables it again"
     if pool.state == WorkerPool.State.DISABLED:
         return f"pool {pool.name} is disabled: queued jobs wait until an administrator enables it"
-    if not online_workers(pool):
+    if not _online(pool).exists():  # every API submit asks: no rows, no ordering by the pool's name
         return (f"no worker of pool {pool.name} is online: the job waits until one starts "
                 f"(an administrator starts one with `.venv/bin/python manage.py runworker --pool {pool.name}`)")
     return ""
