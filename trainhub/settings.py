@@ -77,8 +77,8 @@ ASGI_APPLICATION = "trainhub.asgi.application"
 
 DATABASE_URL = envstr("DATABASE_URL", f"sqlite:///{VAR_DIR / 'trainhub.sqlite3'}")
 try:
-    # The web server (ASGI) closes its connections at each request's end, as Django advises under ASGI (on
-    # PostgreSQL they go back to a pool: TRAINHUB_DB_POOL_SIZE below). A worker
+    # The web server (ASGI) reuses its connections: on PostgreSQL from a pool, on SQLite each of its view threads
+    # keeps one (TRAINHUB_DB_POOL_SIZE below). A worker
     # (`manage.py runworker` sets TRAINHUB_DB_CONN_MAX_AGE) keeps each of its long-lived threads'
     # connections between tasks, checked before reuse: a new connection costs ~1 ms on SQLite and
     # ~7 ms on PostgreSQL (a backend process, cold caches), on the way from submit to running.
@@ -95,6 +95,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_IDLE
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
         f"-c idle_in_transaction_session_timeout={DB_IDLE_TX_SECONDS * 1000}")
 DB_POOL_SIZE = envint("TRAINHUB_DB_POOL_SIZE", 0, minimum=0)
+#: the web server's threads for sync views (trainhub/asgi.py)
+TRAINHUB_WEB_THREADS = envint("TRAINHUB_WEB_THREADS", 12, minimum=1)
 if (DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL_SIZE
         and not DATABASES["default"]["CONN_MAX_AGE"]):
     # The web server (`trainhub/asgi.py` sets TRAINHUB_DB_POOL_SIZE) takes its connections from a psycopg pool
@@ -107,6 +109,9 @@ if (DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POO
         "min_size": min(2, DB_POOL_SIZE), "max_size": DB_POOL_SIZE, "name": "trainhub",
         "timeout": envfloat("TRAINHUB_DB_POOL_TIMEOUT", 5.0, minimum=0.1), "reconnect_timeout": 5.0}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    if DB_POOL_SIZE and not DATABASES["default"]["CONN_MAX_AGE"]:
+        # No pool for SQLite: the web server's view threads (trainhub/asgi.py) keep their connections instead
+        DATABASES["default"]["CONN_MAX_AGE"] = 600
     # WAL and a busy timeout let the web server and workers share one SQLite file.
     DATABASES["default"]["OPTIONS"] = {
         "timeout": 30,
