@@ -76,15 +76,30 @@ def owner_usage(pool: WorkerPool) -> Usage:
 def best_per_owner(pool: WorkerPool, last_owner: int | None = None) -> list[Job]:
     """Each queued owner's best job, one index seek per owner (owner ascending). ``last_owner``: the highest
     owner id with a queued job, when the caller knows it (the seek that would find nobody after it is left out)."""
-    queued = Job.objects.filter(pool=pool, status=Status.QUEUED)  # whole rows: the claim takes one as it is
     best: list[Job] = []
     last = 0
-    while (job := queued.filter(owner_id__gt=last).order_by("owner_id", *QUEUE_ORDER).first()) is not None:
+    while (job := _best_after(pool, last)) is not None:
         best.append(job)
         last = job.owner_id
         if last == last_owner:
             break
     return best
+
+
+def _order(fields) -> str:
+    return ", ".join(f"{Job._meta.get_field(f.lstrip('-')).column} {'DESC' if f.startswith('-') else 'ASC'}"
+                     for f in fields)
+
+
+_BEST_AFTER = (f"SELECT * FROM {Job._meta.db_table} WHERE pool_id = %s AND status = %s AND owner_id > %s "
+               f"ORDER BY {_order(('owner_id', *QUEUE_ORDER))} LIMIT 1")
+
+
+def _best_after(pool: WorkerPool, owner_id: int) -> Job | None:
+    """The best queued job (``QUEUE_ORDER``) of the first owner after ``owner_id``: whole rows, the claim takes
+    one as it is. Written in SQL (one seek on ``job_fair_claim``): it is on the submit -> running path, where
+    the ORM spent ~10 times longer building this query than running it."""
+    return next(iter(Job.objects.raw(_BEST_AFTER, [pool.pk, Status.QUEUED, owner_id])), None)
 
 
 def last_started(pool: WorkerPool, owners: list[int]) -> dict[int, datetime]:
