@@ -253,7 +253,8 @@ DATABASE_VARIANTS = {"sqlite": ("tests/faults/test_postgres_outage.py",
                                "tests/workers/test_worker_connections.py",  # counts PostgreSQL's sessions
                                "tests/faults/test_web_database.py",  # the web server's PostgreSQL pool
                                # PostgreSQL's chunk index (SQLite's FTS5 is tested beside them)
-                               "tests/jobs/test_log_search.py::test_postgres_"),
+                               "tests/jobs/test_log_search.py::test_postgres_",
+                               "tests/runs/test_claims.py::test_postgres_"),  # PostgreSQL's prepared statements
                      "postgresql": ("tests/faults/test_database_outage.py",
                                     # SQLite's FTS5 log index (PostgreSQL's pg_trgm is tested beside them)
                                     "tests/jobs/test_log_search.py::test_sqlite_",

@@ -175,6 +175,26 @@ def test_a_claim_on_a_cpu_worker_in_a_pool_without_caps_reads_little(cpu_pool, u
     assert decision.job.pool.name == cpu_pool.name
 
 
+def test_postgres_a_workers_claim_statements_are_prepared_and_planned_once(cpu_pool, user):
+    """On PostgreSQL a statement one connection runs five times is prepared there (settings: server-side
+    binding, ``prepare_threshold``): the server plans the claim's statements once per connection, not at every
+    claim (planning the first look cost more than running it). Without the setting nothing is prepared."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's prepared statements; SQLite keeps its own statement cache")
+    Worker.objects.create(hostname="w@test", pool=cpu_pool)
+    for _ in range(6):
+        job = job_submit(owner=user, data=TINY)
+        assert claim_next(job.pk, 1, hostname="w@test").job.pk == job.pk
+        Job.objects.filter(pk=job.pk).update(status="succeeded")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [statement for (statement,) in cursor.fetchall()]
+    assert any("hint_status" in s for s in prepared), prepared  # the first look
+    assert any(s.startswith('UPDATE "jobs_job" SET "status"') for s in prepared), prepared  # the transition
+
+
 def test_a_claim_counts_running_jobs_and_gang_places_as_busy_slots_and_knows_a_stale_message(gpu_pool, cpu_pool,
                                                                                                user):
     """What the claim's first look reads in one statement, each part with the decision it leads to."""
