@@ -195,6 +195,41 @@ def test_postgres_a_workers_claim_statements_are_prepared_and_planned_once(cpu_p
     assert any(s.startswith('UPDATE "jobs_job" SET "status"') for s in prepared), prepared  # the transition
 
 
+@pytest.mark.django_db(transaction=True)
+def test_postgres_claims_and_tokens_survive_a_column_added_while_their_statements_are_prepared(cpu_pool, user):
+    """A migration that adds a column while workers and the web server run (their connections live on, with
+    their prepared statements) must not break the hand-written statements: with ``SELECT *`` PostgreSQL refuses
+    them ("cached plan must not change result type") on every such connection until it closes."""
+    import psycopg
+    from django.db import connection
+
+    from tests.conftest import database_url
+    from trainhub.api.models import ApiToken
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's prepared statements")
+    Worker.objects.create(hostname="w@test", pool=cpu_pool)
+    raw = ApiToken.issue(user, "t")[1]
+
+    def claim_and_authenticate():
+        for _ in range(6):  # more than prepare_threshold: the statements are prepared on this connection
+            job = job_submit(owner=user, data=TINY)
+            assert claim_next(job.pk, 1, hostname="w@test").job.pk == job.pk
+            Job.objects.filter(pk=job.pk).update(status="succeeded")
+            assert ApiToken.authenticate(raw).pk == user.pk
+
+    claim_and_authenticate()
+    tables = ("jobs_job", "pools_worker", "pools_workerpool", "auth_user")
+    with psycopg.connect(database_url(), autocommit=True) as other:  # a later release's migration, elsewhere
+        try:
+            for table in tables:
+                other.execute(f"ALTER TABLE {table} ADD COLUMN added_later integer")
+            claim_and_authenticate()
+        finally:
+            for table in tables:
+                other.execute(f"ALTER TABLE {table} DROP COLUMN IF EXISTS added_later")
+
+
 def test_a_claim_counts_running_jobs_and_gang_places_as_busy_slots_and_knows_a_stale_message(gpu_pool, cpu_pool,
                                                                                                user):
     """What the claim's first look reads in one statement, each part with the decision it leads to."""

@@ -7,6 +7,8 @@ from django.contrib.auth import get_user_model
 from django.db import models
 from django.utils import timezone
 
+from trainhub.core.sql import columns
+
 PREFIX = "th_"
 #: how stale a token's "last used" may get: it is written at most once a minute, not on every request
 LAST_USED_EVERY = timedelta(minutes=1)
@@ -52,7 +54,7 @@ class ApiToken(models.Model):
         user_model = get_user_model()
         now = timezone.now()
         found = list(user_model.objects.raw(
-            f"""SELECT u.*, t.id AS token_id,
+            f"""SELECT {columns(user_model, "u")}, t.id AS token_id,
                        CASE WHEN t.last_used_at IS NULL OR t.last_used_at <= %s THEN 1 ELSE 0 END AS token_stale
                 FROM {user_model._meta.db_table} u JOIN {cls._meta.db_table} t ON t.user_id = u.id
                 WHERE t.digest = %s AND t.revoked_at IS NULL AND u.is_active = %s

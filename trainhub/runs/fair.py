@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from django.contrib.auth import get_user_model
 from django.db.models import Count, Q
 
+from trainhub.core.sql import columns
 from trainhub.jobs.models import QUEUE_ORDER, Job, Status
 from trainhub.pools.models import WorkerPool
 from trainhub.runs.models import GpuLease
@@ -91,7 +92,7 @@ def _order(fields) -> str:
                      for f in fields)
 
 
-_BEST_AFTER = (f"SELECT * FROM {Job._meta.db_table} WHERE pool_id = %s AND status = %s AND owner_id > %s "
+_BEST_AFTER = (f"SELECT {columns(Job)} FROM {Job._meta.db_table} WHERE pool_id = %s AND status = %s AND owner_id > %s "
                f"ORDER BY {_order(('owner_id', *QUEUE_ORDER))} LIMIT 1")
 
 

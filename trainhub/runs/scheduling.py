@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from django.db import IntegrityError, connection, transaction
 
+from trainhub.core.sql import columns
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Worker, WorkerPool
 from trainhub.pools.registry import free_address
@@ -134,7 +135,7 @@ def _first_look(hint_id: int, hostname: str) -> Worker | None:
     Written in SQL both backends run; ``tests/runs/test_claims.py`` runs it on each."""
     job, member = Job._meta.db_table, GangMember._meta.db_table
     found = list(Worker.objects.raw(
-        f"""SELECT w.*, j.status AS hint_status, j.attempt AS hint_attempt, j.pool_id AS hint_pool_id,
+        f"""SELECT {columns(Worker, "w")}, j.status AS hint_status, j.attempt AS hint_attempt, j.pool_id AS hint_pool_id,
                    j.spec AS hint_spec,
                    (SELECT COUNT(*) FROM {job} r WHERE r.worker_id = w.id AND r.status IN (%s, %s)
                       AND NOT EXISTS (SELECT 1 FROM {member} g WHERE g.job_id = r.id)) AS single_running,
@@ -147,7 +148,7 @@ def _first_look(hint_id: int, hostname: str) -> Worker | None:
         return None
     worker = found[0]
     worker.hint_spec = Job._meta.get_field("spec").from_db_value(worker.hint_spec, None, connection)
-    worker.pool = next(iter(WorkerPool.objects.raw(f"SELECT * FROM {WorkerPool._meta.db_table} WHERE id = %s",
+    worker.pool = next(iter(WorkerPool.objects.raw(f"SELECT {columns(WorkerPool)} FROM {WorkerPool._meta.db_table} WHERE id = %s",
                                                    [worker.pool_id])))
     return worker
 
