@@ -111,7 +111,7 @@ if (DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POO
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Parameters bound by the server, not spliced into the SQL text by Python, and a statement that one
     # connection runs five times is prepared there: PostgreSQL plans it once instead of at every run (the
-    # claim's first look: 1.0 -> 0.4 ms; submit -> running 19 -> 14 ms, docs/BENCHMARKS.md). Behind a
+    # claim's first look: 1.0 -> 0.4 ms; submit -> running 21.7 -> 19.8 ms, docs/BENCHMARKS.md). Behind a
     # pooler that cannot keep prepared statements (PgBouncer in transaction mode before 1.21), append
     # `?server_side_binding=false` to DATABASE_URL: Django's default, no prepared statements.
     _options = DATABASES["default"].setdefault("OPTIONS", {})
