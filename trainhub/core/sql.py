@@ -2,9 +2,12 @@
 token check): the hot paths where building the ORM's query cost more than running it."""
 from __future__ import annotations
 
+from functools import cache
+
 from django.db import connection
 
 
+@cache  # on the claim's path at every call: ~100 µs to build the first look's two lists, once per process now
 def columns(model, alias: str = "") -> str:
     """``model``'s columns named one by one, for a hand-written SELECT (never ``*``).
 
