@@ -30,11 +30,15 @@ def test_a_disabled_pool_refuses_submissions_but_a_draining_one_queues_them(cpu_
 
 
 def test_a_restricted_pool_refuses_users_outside_its_groups(cpu_pool, user, django_user_model):
-    team = Group.objects.create(name="vision")
+    team, other = Group.objects.create(name="vision"), Group.objects.create(name="nlp")
     cpu_pool.groups.add(team)
+    assert "may not submit" in refusal(TINY, owner=user)["pool"]
+    user.groups.add(other)  # a group, but not one of the pool's
     assert "may not submit" in refusal(TINY, owner=user)["pool"]
     user.groups.add(team)
     assert job_submit(owner=user, data=TINY).pool == cpu_pool
+    admin = django_user_model.objects.create_superuser("root", password="pw-for-tests-only")
+    assert job_submit(owner=admin, data=TINY).pool == cpu_pool  # in no group at all
 
 
 def test_a_pool_refuses_modes_it_does_not_accept(cpu_pool):
