@@ -74,16 +74,17 @@ def owner_usage(pool: WorkerPool) -> Usage:
     return Usage(pool)
 
 
-def best_per_owner(pool: WorkerPool, last_owner: int | None = None) -> list[Job]:
+def best_per_owner(pool: WorkerPool, last_owner: int | None = None, first: Job | None = None) -> list[Job]:
     """Each queued owner's best job, one index seek per owner (owner ascending). ``last_owner``: the highest
-    owner id with a queued job, when the caller knows it (the seek that would find nobody after it is left out)."""
+    owner id with a queued job, when the caller knows it (the seek that would find nobody after it is left out);
+    ``first``: the first owner's best job, when the caller has read it (the claim's first look)."""
     best: list[Job] = []
-    last = 0
-    while (job := _best_after(pool, last)) is not None:
+    job = first if first is not None else _best_after(pool, 0)
+    while job is not None:
         best.append(job)
-        last = job.owner_id
-        if last == last_owner:
+        if job.owner_id == last_owner:
             break
+        job = _best_after(pool, job.owner_id)
     return best
 
 
@@ -92,8 +93,11 @@ def _order(fields) -> str:
                      for f in fields)
 
 
+#: owners in id order, each owner's jobs in ``QUEUE_ORDER``: the first row of a pool's queued jobs so ordered is the
+#: first owner's best job (an index seek on ``job_fair_claim``)
+BEST_ORDER = _order(("owner_id", *QUEUE_ORDER))
 _BEST_AFTER = (f"SELECT {columns(Job)} FROM {Job._meta.db_table} WHERE pool_id = %s AND status = %s AND owner_id > %s "
-               f"ORDER BY {_order(('owner_id', *QUEUE_ORDER))} LIMIT 1")
+               f"ORDER BY {BEST_ORDER} LIMIT 1")
 
 
 def _best_after(pool: WorkerPool, owner_id: int) -> Job | None:
@@ -124,10 +128,11 @@ def _after(job: Job) -> Iterator[Job]:
         job = page[-1]
 
 
-def candidates(pool: WorkerPool, usage: Usage, *, last_owner: int | None = None) -> Iterator[Job]:
+def candidates(pool: WorkerPool, usage: Usage, *, last_owner: int | None = None,
+               first: Job | None = None) -> Iterator[Job]:
     """Queued jobs in the fair order: every owner's best job first, then each owner's next ones
-    (``last_owner``: as ``best_per_owner`` takes it)."""
-    best = best_per_owner(pool, last_owner)
+    (``last_owner``, ``first``: as ``best_per_owner`` takes them)."""
+    best = best_per_owner(pool, last_owner, first)
     if len(best) > 1:  # one owner: nothing to order
         served = last_started(pool, [j.owner_id for j in best])
         best.sort(key=lambda j: (usage.running.get(j.owner_id, 0), -j.priority, served.get(j.owner_id, _NEVER), j.pk))

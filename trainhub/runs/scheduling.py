@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from functools import cache
 
 from django.db import IntegrityError, connection, transaction
 
-from trainhub.core.sql import columns
+from trainhub.core.sql import columns, from_row
 from trainhub.jobs.models import Job, Status
 from trainhub.pools.models import Worker, WorkerPool
 from trainhub.pools.registry import free_address
 from trainhub.runs import crosssite
-from trainhub.runs.fair import candidates, owner_usage
+from trainhub.runs.fair import BEST_ORDER, candidates, owner_usage
 from trainhub.runs.lifecycle import job_claim
 from trainhub.runs.models import GangMember, GpuLease
 from workers.runner.errors import SpecError
@@ -102,11 +103,12 @@ def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") 
             if hint is None or hint["status"] != Status.QUEUED or hint["attempt"] != attempt:
                 return Decision(drop="not queued for this attempt (cancelled, or already claimed)")
             return Decision(wait=f"worker {hostname} is not registered yet")
-        if worker.hint_status != Status.QUEUED or worker.hint_attempt != attempt:
+        hint = worker.hint
+        if hint is None or hint.status != Status.QUEUED or hint.attempt != attempt:
             return Decision(drop="not queued for this attempt (cancelled, or already claimed)")
         pool = worker.pool  # fresh from the database: drain, slots and limits take effect at once
-        site_pools = _site_pools(worker.hint_spec)
-        if pool.pk != worker.hint_pool_id and pool.name not in site_pools:
+        site_pools = _site_pools(hint.spec)
+        if pool.pk != hint.pool_id and pool.name not in site_pools:
             return Decision(wait=f"the job belongs to another pool than {pool.name}")
         if pool.state != WorkerPool.State.ENABLED:
             return Decision(wait=f"pool {pool.name} is {pool.state}")
@@ -117,51 +119,63 @@ def claim_next(hint_id: int, attempt: int, *, hostname: str, task_id: str = "") 
             return Decision(wait=f"all {slots} slot(s) of {hostname} are busy")
         if site_pools:
             return _join_site(hint_id, worker)
-        return _claim_fitting(pool, worker, hostname, task_id, slots - running, set(places), worker.last_owner)
+        first = hint if worker.first_best == hint.pk else None
+        return _claim_fitting(pool, worker, hostname, task_id, slots - running, set(places), worker.last_owner, first)
 
 
 def _first_look(hint_id: int, hostname: str) -> Worker | None:
-    """The claim's first reads, in two short statements: this worker (None if it is not registered) with its
-    pool, and as the worker's attributes
-    - the message's job: ``hint_status``, ``hint_attempt``, ``hint_pool_id``, ``hint_spec`` (all None if the
-      job is gone);
+    """The claim's first reads, in one statement: this worker (None if it is not registered), its pool as
+    ``worker.pool``, and as the worker's attributes
+    - ``hint``: the message's job, its whole row (None if the job is gone);
     - its busy slots: ``single_running`` (one-machine jobs running here), ``gang_places`` (places it holds in
       gangs, waiting or running);
     - ``last_owner``: the highest owner id among the pool's queued jobs (None: nothing queued), so the fair
-      order's per-owner seeks know when to stop.
+      order's per-owner seeks know when to stop;
+    - ``first_best``: the id of the first owner's best queued job (``fair.best_per_owner``'s first seek): when
+      that is the message's own job, as for a job submitted to an idle pool, the claim reads no other job.
 
-    A claim is on the submit -> running path, and here each ORM query costs 10-20 times its SQL (building
-    the statement, not running it): these were six queries, ~4 ms of a ~15 ms submit -> running (SQLite).
-    Written in SQL both backends run; ``tests/runs/test_claims.py`` runs it on each."""
-    job, member = Job._meta.db_table, GangMember._meta.db_table
-    found = list(Worker.objects.raw(
-        f"""SELECT {columns(Worker, "w")}, j.status AS hint_status, j.attempt AS hint_attempt, j.pool_id AS hint_pool_id,
-                   j.spec AS hint_spec,
-                   (SELECT COUNT(*) FROM {job} r WHERE r.worker_id = w.id AND r.status IN (%s, %s)
-                      AND NOT EXISTS (SELECT 1 FROM {member} g WHERE g.job_id = r.id)) AS single_running,
-                   (SELECT COUNT(*) FROM {member} g WHERE g.worker_id = w.id AND g.done = %s) AS gang_places,
-                   (SELECT MAX(q.owner_id) FROM {job} q WHERE q.pool_id = w.pool_id AND q.status = %s) AS last_owner
-            FROM {Worker._meta.db_table} w LEFT JOIN {job} j ON j.id = %s
-            WHERE w.hostname = %s""",
-        [Status.RUNNING, Status.CANCELLING, False, Status.QUEUED, hint_id, hostname]))
-    if not found:
+    A claim is on the submit -> running path, where each ORM query cost 10-20 times its SQL (building the
+    statement, not running it) and, on PostgreSQL, each statement is a round trip: these were eight queries,
+    then two statements. Written in SQL both backends run; ``tests/runs/test_claims.py`` runs it on each."""
+    with connection.cursor() as cursor:
+        cursor.execute(_first_look_sql(), [Status.RUNNING, Status.CANCELLING, False, Status.QUEUED, Status.QUEUED,
+                                           hint_id, hostname])
+        row = cursor.fetchone()
+    if row is None:
         return None
-    worker = found[0]
-    worker.hint_spec = Job._meta.get_field("spec").from_db_value(worker.hint_spec, None, connection)
-    worker.pool = next(iter(WorkerPool.objects.raw(f"SELECT {columns(WorkerPool)} FROM {WorkerPool._meta.db_table} WHERE id = %s",
-                                                   [worker.pool_id])))
+    w, p, j = (len(m._meta.concrete_fields) for m in (Worker, WorkerPool, Job))
+    worker = from_row(Worker, row[:w])
+    worker.pool = from_row(WorkerPool, row[w:w + p])
+    hint = row[w + p:w + p + j]
+    worker.hint = from_row(Job, hint) if hint[Job._meta.concrete_fields.index(Job._meta.pk)] is not None else None
+    worker.single_running, worker.gang_places, worker.last_owner, worker.first_best = row[w + p + j:]
     return worker
 
 
+@cache  # the tables, their columns and quoting are fixed for a process
+def _first_look_sql() -> str:
+    job, member = Job._meta.db_table, GangMember._meta.db_table
+    return f"""SELECT {columns(Worker, "w")}, {columns(WorkerPool, "p")}, {columns(Job, "j")},
+                   (SELECT COUNT(*) FROM {job} r WHERE r.worker_id = w.id AND r.status IN (%s, %s)
+                      AND NOT EXISTS (SELECT 1 FROM {member} g WHERE g.job_id = r.id)) AS single_running,
+                   (SELECT COUNT(*) FROM {member} g WHERE g.worker_id = w.id AND g.done = %s) AS gang_places,
+                   (SELECT MAX(q.owner_id) FROM {job} q WHERE q.pool_id = w.pool_id AND q.status = %s) AS last_owner,
+                   (SELECT f.id FROM {job} f WHERE f.pool_id = w.pool_id AND f.status = %s
+                    ORDER BY {BEST_ORDER} LIMIT 1) AS first_best
+            FROM {Worker._meta.db_table} w JOIN {WorkerPool._meta.db_table} p ON p.id = w.pool_id
+              LEFT JOIN {job} j ON j.id = %s
+            WHERE w.hostname = %s"""
+
+
 def _claim_fitting(pool: WorkerPool, worker: Worker, hostname: str, task_id: str, free_slots: int,
-                   joined: set[int], last_owner: int | None) -> Decision:
+                   joined: set[int], last_owner: int | None, first: Job | None = None) -> Decision:
     """The first job in the fair order that fits this worker's free GPUs and its owner's caps
     (``joined``: jobs in whose gangs this worker already holds a place; ``last_owner``: the highest owner id
-    with a queued job in the pool)."""
+    with a queued job in the pool; ``first``: the first owner's best job, when the caller has read it)."""
     free = free_gpus(worker)
     usage = owner_usage(pool)
     capped: set[str] = set()
-    for job in candidates(pool, usage, last_owner=last_owner) if last_owner is not None else ():
+    for job in candidates(pool, usage, last_owner=last_owner, first=first) if last_owner is not None else ():
         nodes, gpus = needs(job)
         if _site_pools(job.spec):  # a cross-site job is taken through its own message (_join_site)
             continue
