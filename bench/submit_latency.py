@@ -8,6 +8,11 @@ at its first stored stdout line (the runner's first print). Printed beside the t
 `python -c "import torch"`; raw samples under bench/results/ (bench/record.py).
 
     .venv/bin/python bench/submit_latency.py [--jobs 20]
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_submit .venv/bin/python bench/submit_latency.py
+
+Without ``DATABASE_URL`` the stack's database is a SQLite file of its own. With it, the database must exist; a
+run adds its jobs to it and reuses the ``bench`` user and ``cpu`` pool an earlier run left (the figures in
+docs/BENCHMARKS.md used a fresh database per run, dropped and created before each).
 """
 from __future__ import annotations
 
@@ -51,7 +56,7 @@ def main() -> None:
     from trainhub.pools.models import WorkerPool
 
     WorkerPool.objects.get_or_create(name="cpu", defaults={"kind": "cpu", "queue": "cpu"})
-    user = get_user_model().objects.create_user("bench", password="bench-password")
+    user = get_user_model().objects.filter(username="bench").first() or get_user_model().objects.create_user("bench")
     worker = subprocess.Popen([py, "manage.py", "runworker", "--pool", "cpu", "--loglevel", "WARNING"], cwd=ROOT,
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     samples = []
