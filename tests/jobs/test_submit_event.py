@@ -23,7 +23,6 @@ def test_job_submit_on_the_model_writes_the_first_event_too(user, cpu_pool):
     assert [(e.old, e.new, e.reason) for e in job.events.all()] == [("", "queued", "imported")]
 
 
-
 @contextmanager
 def events_refused():
     """The database refuses every new ``JobEvent`` (a trigger): the second write of a submit or a transition

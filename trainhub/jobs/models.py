@@ -6,7 +6,6 @@ from django.db import connection, models, transaction
 from django.utils import timezone
 
 from trainhub.core.sql import insert_from, insert_returning, update_returning, writes_in_one_statement
-
 from trainhub.jobs.signals import job_finished, job_finishing
 from trainhub.pools.models import Worker, WorkerPool
 from workers.runner.config import JobSpec, parse_spec
