@@ -268,7 +268,7 @@ TRAINHUB_SSE_FRAME_CACHE_BYTES = envint("TRAINHUB_SSE_FRAME_CACHE_BYTES", 64 * 1
 # milliseconds, with all lines since (fewer, larger writes); fewer viewers are woken per Redis read.
 TRAINHUB_SSE_COALESCE_VIEWERS = envint("TRAINHUB_SSE_COALESCE_VIEWERS", 20, minimum=1)
 TRAINHUB_SSE_COALESCE_MS = envint("TRAINHUB_SSE_COALESCE_MS", 100, minimum=1, maximum=1000)
-# `make run` (trainhub/core/management/commands/up.py).
+# `make run` (trainhub/pools/management/commands/up.py).
 TRAINHUB_HOST = envstr("TRAINHUB_HOST", "127.0.0.1")
 TRAINHUB_PORT = envint("TRAINHUB_PORT", 8000, minimum=1, maximum=65535)
 TRAINHUB_EMBEDDED_REDIS_PORT = envint("TRAINHUB_EMBEDDED_REDIS_PORT", 6380, minimum=1, maximum=65535)

@@ -30,6 +30,20 @@ def test_a_site_on_a_missing_pool_is_refused_by_its_field(api, two_pools, no_enq
     assert "no pool named 'nowhere'" in response.json()["errors"]["sites.1.pool"]
 
 
+def test_a_site_on_a_pool_of_other_groups_is_refused_by_its_field_until_the_user_joins_one(
+        api, user, two_pools, no_enqueue):  # noqa: F811
+    from django.contrib.auth.models import Group
+
+    team = Group.objects.create(name="cloud-team")
+    two_pools[1].groups.add(team)
+    response = api.post("/api/jobs", SPEC)
+    assert response.status_code == 422
+    assert response.json()["errors"] == {"sites.1.pool": "pool 'cloud-b' does not take your jobs now; "
+                                                         "choose another pool"}
+    user.groups.add(team)
+    assert api.post("/api/jobs", SPEC).status_code == 201
+
+
 def test_a_cross_site_job_is_announced_on_every_sites_queue(api, two_pools, no_enqueue, monkeypatch):  # noqa: F811
     job = Job.objects.get(pk=api.post("/api/jobs", SPEC).json()["id"])
     sent = []

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import ROOT, wait_for, wait_for_checkpoints
 from tests.e2e.test_make_run import Up, answers, make_up_env
-from trainhub.core.management.commands.up import Backoff, Command
+from trainhub.pools.management.commands.up import Backoff, Command
 
 pytestmark = [pytest.mark.slow, pytest.mark.no_db]
 FAST_LEASES = {"TRAINHUB_LEASE_SECONDS": "5", "TRAINHUB_HEARTBEAT_SECONDS": "1", "TRAINHUB_GRACE_SECONDS": "1"}

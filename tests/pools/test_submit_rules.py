@@ -1,4 +1,6 @@
 """What a pool's settings refuse or fill in at submit time (no worker needed)."""
+import re
+
 import pytest
 from django.contrib.auth.models import Group
 
@@ -39,6 +41,25 @@ def test_a_restricted_pool_refuses_users_outside_its_groups(cpu_pool, user, djan
     assert job_submit(owner=user, data=TINY).pool == cpu_pool
     admin = django_user_model.objects.create_superuser("root", password="pw-for-tests-only")
     assert job_submit(owner=admin, data=TINY).pool == cpu_pool  # in no group at all
+
+
+def test_the_new_job_form_offers_only_the_pools_a_user_may_submit_to(cpu_pool, user, user_client,
+                                                                     django_assert_max_num_queries):
+    vision, nlp = Group.objects.create(name="vision"), Group.objects.create(name="nlp")
+    for name, group in [("gpu-vision", vision), ("gpu-nlp", nlp), ("gpu-both", None)]:
+        pool = WorkerPool.objects.create(name=name, queue=name)
+        pool.groups.add(*([group] if group else [vision, nlp]))
+    WorkerPool.objects.create(name="old", queue="old", state="disabled")
+    user.groups.add(nlp)
+
+    def offered() -> list[str]:
+        html = user_client.get("/jobs/new").content.decode()
+        select = html[html.index('name="pool"'):]
+        return re.findall(r'<option value="([^"]+)"', select[:select.index("</select>")])
+
+    assert offered() == ["cpu", "gpu-both", "gpu-nlp"]
+    with django_assert_max_num_queries(4):  # one statement for the pools, however many there are
+        assert offered() == ["cpu", "gpu-both", "gpu-nlp"]
 
 
 def test_a_pool_refuses_modes_it_does_not_accept(cpu_pool):

@@ -2,14 +2,11 @@
 from __future__ import annotations
 
 import logging
-from functools import cache
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from trainhub.core.sql import columns
 from trainhub.jobs.models import Job, Status
 from trainhub.jobs.specpaths import spec_places
 from trainhub.pools.models import WorkerPool, Workspace
@@ -28,13 +25,13 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
     Fills the pool's default priority and timeout where the spec sets none; with ``owner``,
     also checks that this user may submit to the pool."""
     spec = parse_spec(data)
-    pool, may_submit = _pool_for(spec.pool, owner)
+    pool = next(iter(WorkerPool.objects.for_user(owner, name=spec.pool)), None)
     if pool is None:
         names = ", ".join(WorkerPool.objects.values_list("name", flat=True)) or "none exist yet"
         raise SpecError({"pool": f"no pool named {spec.pool!r}; choose one of: {names}"})
     if not pool.accepts_submissions:
         raise SpecError({"pool": f"pool {pool.name!r} is disabled by an administrator; choose another pool"})
-    if not may_submit:
+    if not pool.user_may_submit:
         raise SpecError({"pool": f"you may not submit to pool {pool.name!r} (restricted to some groups); "
                                  "choose another pool or ask an administrator for access"})
     if spec.sites:
@@ -74,41 +71,16 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
     return spec, pool
 
 
-def _pool_for(name: str, owner) -> tuple[WorkerPool | None, bool]:
-    """The pool named ``name`` (None if there is none) and whether ``owner`` may submit to it
-    (``WorkerPool.may_submit``: the pool names no groups, or the owner is in one of them), in one statement:
-    the submit is on the submit -> running path, where these were up to three round trips and three ORM
-    queries built at every submit. ``tests/pools/test_submit_rules.py`` checks each case on both databases."""
-    found = list(WorkerPool.objects.raw(_pool_for_sql(), [getattr(owner, "pk", None), name]))
-    if not found:
-        return None, False
-    pool = found[0]
-    return pool, owner is None or owner.is_superuser or bool(pool.member) or not pool.restricted
-
-
-@cache  # the tables and their quoting are fixed for a process
-def _pool_for_sql() -> str:
-    q = connection.ops.quote_name
-    pools, users = WorkerPool._meta.get_field("groups"), get_user_model()._meta.get_field("groups")
-    pool_groups, pool_id, group_id = q(pools.m2m_db_table()), q(pools.m2m_column_name()), q(pools.m2m_reverse_name())
-    member_of, user_id, users_group = q(users.m2m_db_table()), q(users.m2m_column_name()), q(users.m2m_reverse_name())
-    return f"""SELECT {columns(WorkerPool, "p")},
-                      EXISTS (SELECT 1 FROM {pool_groups} a WHERE a.{pool_id} = p.id) AS restricted,
-                      EXISTS (SELECT 1 FROM {pool_groups} a JOIN {member_of} m ON m.{users_group} = a.{group_id}
-                              WHERE a.{pool_id} = p.id AND m.{user_id} = %s) AS member
-               FROM {q(WorkerPool._meta.db_table)} p WHERE p.name = %s"""
-
-
 def _check_sites(spec: JobSpec, owner) -> None:
     """Every site of a cross-site job needs a pool that exists and takes jobs from this user (its
     kind, local or Slurm, decides how the site runs: ``workers.crosssite``)."""
-    pools = {p.name: p for p in WorkerPool.objects.filter(name__in=[s.pool for s in spec.sites])}
+    pools = {p.name: p for p in WorkerPool.objects.for_user(owner)}
     errors = {}
     for i, site in enumerate(spec.sites):
         pool = pools.get(site.pool)
         if pool is None:
             errors[f"sites.{i}.pool"] = f"no pool named {site.pool!r}; choose an existing pool for this site"
-        elif not pool.accepts_submissions or (owner is not None and not pool.may_submit(owner)):
+        elif not pool.accepts_submissions or not pool.user_may_submit:
             errors[f"sites.{i}.pool"] = f"pool {site.pool!r} does not take your jobs now; choose another pool"
     if errors:
         raise SpecError(errors)

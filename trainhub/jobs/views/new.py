@@ -84,8 +84,7 @@ def _hidden_settings(initial: dict) -> list[str]:
 
 def _pools(user) -> list[str]:
     """Pools this user may submit to now (the spec check says why any other is refused)."""
-    pools = WorkerPool.objects.filter(enabled=True).prefetch_related("groups")
-    return [p.name for p in pools if p.accepts_submissions and p.may_submit(user)]
+    return [p.name for p in WorkerPool.objects.for_user(user) if p.accepts_submissions and p.user_may_submit]
 
 
 @login_required
