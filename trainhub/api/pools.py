@@ -19,7 +19,7 @@ def list_pools(request):
         queued=Count("jobs", filter=Q(jobs__status=Status.QUEUED)),
         running=Count("jobs", filter=Q(jobs__status__in=[Status.RUNNING, Status.CANCELLING]))
     ).order_by("name")  # explicit: Meta.ordering does not apply to a GROUP BY query
-    may_submit = {p.pk: p.user_may_submit for p in WorkerPool.objects.for_user(request.auth)}
+    may_submit = {p.pk: p.user_allowed for p in WorkerPool.objects.for_user(request.auth)}
     if not staff:
         pools = [p for p in pools.filter(enabled=True) if p.accepts_submissions and may_submit.get(p.pk, False)]
     workers: dict[int, list[Worker]] = {}

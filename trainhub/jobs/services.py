@@ -31,7 +31,7 @@ def spec_validate(data: Any, owner=None) -> tuple[JobSpec, WorkerPool]:
         raise SpecError({"pool": f"no pool named {spec.pool!r}; choose one of: {names}"})
     if not pool.accepts_submissions:
         raise SpecError({"pool": f"pool {pool.name!r} is disabled by an administrator; choose another pool"})
-    if not pool.user_may_submit:
+    if not pool.user_allowed:
         raise SpecError({"pool": f"you may not submit to pool {pool.name!r} (restricted to some groups); "
                                  "choose another pool or ask an administrator for access"})
     if spec.sites:
@@ -80,7 +80,7 @@ def _check_sites(spec: JobSpec, owner) -> None:
         pool = pools.get(site.pool)
         if pool is None:
             errors[f"sites.{i}.pool"] = f"no pool named {site.pool!r}; choose an existing pool for this site"
-        elif not pool.accepts_submissions or not pool.user_may_submit:
+        elif not pool.accepts_submissions or not pool.user_allowed:
             errors[f"sites.{i}.pool"] = f"pool {site.pool!r} does not take your jobs now; choose another pool"
     if errors:
         raise SpecError(errors)

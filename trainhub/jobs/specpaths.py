@@ -64,7 +64,7 @@ def _data_roots(owner) -> list[tuple[str, Path]]:
     from trainhub.pools.models import DataRoot
 
     return [(root.name, Path(os.path.normpath(root.path)))
-            for root in DataRoot.objects.prefetch_related("groups").order_by("name") if root.may_read(owner)]
+            for root in DataRoot.objects.for_user(owner) if root.user_allowed]
 
 
 def _place(raw: str, owner, roots: list[tuple[str, Path]]) -> Path | None:

@@ -25,33 +25,36 @@ def default_sandbox() -> str:
     return "required" if shutil.which("bwrap") else "off"
 
 
-class WorkerPoolManager(models.Manager):
-    def for_user(self, user, *, name: str | None = None) -> list["WorkerPool"]:
-        """The pools by name (or the one named ``name``: a list of one, or empty), each with ``user_may_submit``:
-        whether ``user`` may submit jobs to it. The one rule for it: the pool names no groups, the user is in
-        one of them, or is a superuser (``None``, the system itself, may too). One statement for any number of
-        pools, its SQL built once per process: the submit reads its pool with it, on the submit -> running
-        path, where the ORM's query cost more to build than to run (~0.6 ms)."""
+class ForGroupsManager(models.Manager):
+    """For a model whose ``groups`` say who may use a row (none selected: everyone): a pool, who may submit to it;
+    a data root, whose jobs may read it."""
+
+    def for_user(self, user, *, name: str | None = None) -> list:
+        """The rows by name (or the one named ``name``: a list of one, or empty), each with ``user_allowed``:
+        whether ``user`` may use it. The one rule for it: the row names no groups, the user is in one of them,
+        or is a superuser (``None``, the system itself, may too). One statement for any number of rows, its SQL
+        built once per process: the submit reads its pool with it, on the submit -> running path, where the
+        ORM's query cost more to build than to run (~0.6 ms)."""
         pk = getattr(user, "pk", None)
-        pools = list(self.raw(_for_user_sql(by_name=name is not None), [pk] if name is None else [pk, name]))
+        rows = list(self.raw(_for_user_sql(self.model, by_name=name is not None), [pk] if name is None else [pk, name]))
         everyone = user is None or user.is_superuser
-        for pool in pools:
-            pool.user_may_submit = everyone or bool(pool.member) or not pool.restricted
-        return pools
+        for row in rows:
+            row.user_allowed = everyone or bool(row.member) or not row.restricted
+        return rows
 
 
 @cache  # the tables and their quoting are fixed for a process
-def _for_user_sql(*, by_name: bool) -> str:
+def _for_user_sql(model, *, by_name: bool) -> str:
     q = connection.ops.quote_name
-    pools, users = WorkerPool._meta.get_field("groups"), get_user_model()._meta.get_field("groups")
-    pool_groups, pool_id, group_id = q(pools.m2m_db_table()), q(pools.m2m_column_name()), q(pools.m2m_reverse_name())
+    rows, users = model._meta.get_field("groups"), get_user_model()._meta.get_field("groups")
+    row_groups, row_id, group_id = q(rows.m2m_db_table()), q(rows.m2m_column_name()), q(rows.m2m_reverse_name())
     member_of, user_id, users_group = q(users.m2m_db_table()), q(users.m2m_column_name()), q(users.m2m_reverse_name())
-    where = "WHERE p.name = %s" if by_name else "ORDER BY p.name"
-    return f"""SELECT {columns(WorkerPool, "p")},
-                      EXISTS (SELECT 1 FROM {pool_groups} a WHERE a.{pool_id} = p.id) AS restricted,
-                      EXISTS (SELECT 1 FROM {pool_groups} a JOIN {member_of} m ON m.{users_group} = a.{group_id}
-                              WHERE a.{pool_id} = p.id AND m.{user_id} = %s) AS member
-               FROM {q(WorkerPool._meta.db_table)} p {where}"""
+    where = "WHERE r.name = %s" if by_name else "ORDER BY r.name"
+    return f"""SELECT {columns(model, "r")},
+                      EXISTS (SELECT 1 FROM {row_groups} a WHERE a.{row_id} = r.id) AS restricted,
+                      EXISTS (SELECT 1 FROM {row_groups} a JOIN {member_of} m ON m.{users_group} = a.{group_id}
+                              WHERE a.{row_id} = r.id AND m.{user_id} = %s) AS member
+               FROM {q(model._meta.db_table)} r {where}"""
 
 
 class WorkerPool(models.Model):
@@ -127,7 +130,7 @@ class WorkerPool(models.Model):
                                  "for their rendezvous)")
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects = WorkerPoolManager()
+    objects = ForGroupsManager()
 
     class Meta:
         ordering = ["name"]
@@ -241,6 +244,8 @@ class DataRoot(models.Model):
     description = models.CharField(max_length=300, blank=True)
     groups = models.ManyToManyField(Group, blank=True, help_text="whose jobs may read it; none selected = everyone")
 
+    objects = ForGroupsManager()
+
     def __str__(self) -> str:
         return self.name
 
@@ -253,9 +258,3 @@ class DataRoot(models.Model):
         for what, inner in (("the runs directory", settings.TRAINHUB_RUNS_DIR), ("var/", settings.VAR_DIR)):
             if os.path.commonpath([root, os.path.realpath(inner)]) == root:
                 raise ValidationError({"path": f"holds {what} ({inner}); register a folder that holds only data"})
-
-    def may_read(self, user) -> bool:
-        if user is None or user.is_superuser:
-            return True
-        allowed = list(self.groups.values_list("pk", flat=True))
-        return not allowed or user.groups.filter(pk__in=allowed).exists()

@@ -84,7 +84,7 @@ def _hidden_settings(initial: dict) -> list[str]:
 
 def _pools(user) -> list[str]:
     """Pools this user may submit to now (the spec check says why any other is refused)."""
-    return [p.name for p in WorkerPool.objects.for_user(user) if p.accepts_submissions and p.user_may_submit]
+    return [p.name for p in WorkerPool.objects.for_user(user) if p.accepts_submissions and p.user_allowed]
 
 
 @login_required
