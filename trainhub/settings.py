@@ -109,6 +109,10 @@ if (DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POO
         "min_size": min(2, DB_POOL_SIZE), "max_size": DB_POOL_SIZE, "name": "trainhub",
         "timeout": envfloat("TRAINHUB_DB_POOL_TIMEOUT", 5.0, minimum=0.1), "reconnect_timeout": 5.0}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # The tests' database is one per test run, as the SQLite pass's file is (below): two runs against one server
+    # (two clones' `make test`, or a hand-run test while `make test`'s PostgreSQL pass runs) otherwise share
+    # pytest-django's test_<NAME>, and the second run's create or drop breaks the first one's tests.
+    DATABASES["default"].setdefault("TEST", {}).setdefault("NAME", f"test_{DATABASES['default']['NAME']}_{os.getpid()}")
     # Parameters bound by the server, not spliced into the SQL text by Python, and a statement that one
     # connection runs five times is prepared there: PostgreSQL plans it once instead of at every run (the
     # claim's first look: 1.0 -> 0.4 ms; submit -> running 21.7 -> 19.8 ms, docs/BENCHMARKS.md). Behind a
