@@ -49,11 +49,12 @@ def _for_user_sql(model, *, by_name: bool) -> str:
     rows, users = model._meta.get_field("groups"), get_user_model()._meta.get_field("groups")
     row_groups, row_id, group_id = q(rows.m2m_db_table()), q(rows.m2m_column_name()), q(rows.m2m_reverse_name())
     member_of, user_id, users_group = q(users.m2m_db_table()), q(users.m2m_column_name()), q(users.m2m_reverse_name())
+    pk = q(model._meta.pk.column)
     where = "WHERE r.name = %s" if by_name else "ORDER BY r.name"
     return f"""SELECT {columns(model, "r")},
-                      EXISTS (SELECT 1 FROM {row_groups} a WHERE a.{row_id} = r.id) AS restricted,
+                      EXISTS (SELECT 1 FROM {row_groups} a WHERE a.{row_id} = r.{pk}) AS restricted,
                       EXISTS (SELECT 1 FROM {row_groups} a JOIN {member_of} m ON m.{users_group} = a.{group_id}
-                              WHERE a.{row_id} = r.id AND m.{user_id} = %s) AS member
+                              WHERE a.{row_id} = r.{pk} AND m.{user_id} = %s) AS member
                FROM {q(model._meta.db_table)} r {where}"""
 
 
