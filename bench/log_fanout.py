@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
 import os
 import time
@@ -44,20 +45,17 @@ async def viewer(client: httpx.AsyncClient, url: str, out: dict) -> None:
             for event in events:
                 if event.startswith(b"event: end"):
                     break
-                # a line: b'id: SEQ\ndata: {"seq": SEQ, "rank": R, "stream": "o", "text": "I TIME", "html": ...}'
-                # read with byte searches, not json.loads: the clients share the server's two cores
-                head = event.find(b"\n")
-                if not event.startswith(b"id: ") or head < 0:
+                if not event.startswith(b"event: lines\n"):
                     continue
-                seqs.append(int(event[4:head]))
-                stream = event.find(b'"stream": "', head) + 11
-                if event[stream:stream + 1] == b"o":
-                    text = event.find(b'"text": "', stream) + 9
-                    printed = float(event[event.find(b" ", text) + 1:event.find(b'"', text)])
-                    if printed >= connected:
-                        lat.append(now - printed)
-                    if first is None:
-                        first = printed  # line 0: every viewer gets every line, in order
+                # [[SEQ, RANK, "o", "I TIME"], ...]: one JSON array per event
+                for seq, _rank, stream, text, *_ in json.loads(event[event.index(b"\ndata: ") + 7:]):
+                    seqs.append(seq)
+                    if stream == "o":
+                        printed = float(text[text.find(" ") + 1:])
+                        if printed >= connected:
+                            lat.append(now - printed)
+                        if first is None:
+                            first = printed  # line 0: every viewer gets every line, in order
             else:
                 continue
             break

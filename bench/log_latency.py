@@ -29,14 +29,15 @@ def follow(url: str, cookies: dict, result: dict) -> None:
                 if event == "end":
                     result["end"] = json.loads(raw[5:])
                     break
-                if event != "message":  # "skipped": a finished log is sent from its newest lines
+                if event != "lines":  # "skipped": a finished log is sent from its newest lines
                     result["skipped"] = json.loads(raw[5:])
                     continue
-                line = json.loads(raw[5:])
-                seqs.append(line["seq"])
-                if line["stream"] == "o":
-                    number, printed = line["text"].split(" ")
-                    latencies.append(time.time() - float(printed))
+                now = time.time()
+                for seq, _rank, stream, text, *_ in json.loads(raw[5:]):  # [[seq, rank, stream, text], ...]
+                    seqs.append(seq)
+                    if stream == "o":
+                        number, printed = text.split(" ")
+                        latencies.append(now - float(printed))
             elif raw == "":
                 event = "message"
     result.update(latencies=latencies, seqs=seqs)

@@ -38,10 +38,13 @@ def web_cpu(stack: Stack) -> float:
 
 def sse_viewer(url: str, cookies: dict, result) -> None:
     """Follow one job's live log until its end event; put counts and stdout arrival times on ``result``.
-    Events are read with byte searches (the viewer shares the machine's cores with what it measures)."""
+    Each ``lines`` event's data is one JSON array, parsed whole (the viewer shares the machine's cores
+    with what it measures)."""
+    import json
+
     import httpx
 
-    seqs_in_order, events, stdout, first, last, buf = True, 0, 0, None, None, b""
+    seqs_in_order, lines, events, stdout, first, last, buf = True, 0, 0, 0, None, None, b""
     with httpx.Client(cookies=cookies, timeout=httpx.Timeout(600, connect=30)) as client:
         with client.stream("GET", url) as response:
             for chunk in response.iter_raw():
@@ -49,19 +52,22 @@ def sse_viewer(url: str, cookies: dict, result) -> None:
                 *frames, buf = (buf + chunk).split(b"\n\n")
                 for frame in frames:
                     if frame.startswith(b"event: end"):
-                        result.put({"events": events, "stdout": stdout, "in_order": seqs_in_order,
+                        result.put({"lines": lines, "events": events, "stdout": stdout, "in_order": seqs_in_order,
                                     "first": first, "last": last, "viewer_cpu_s": time.process_time()})
                         return
-                    if not frame.startswith(b"id: "):
+                    if not frame.startswith(b"event: lines\n"):
                         continue
-                    seqs_in_order &= int(frame[4:frame.find(b"\n")]) == events
                     events += 1
-                    if b'"stream": "o"' in frame:
-                        stdout += 1
+                    before = stdout
+                    for line in json.loads(frame[frame.index(b"\ndata: ") + 7:]):
+                        seqs_in_order &= line[0] == lines
+                        lines += 1
+                        stdout += line[2] == "o"
+                    if stdout > before:
                         first = first or now
                         last = now
-    result.put({"events": events, "stdout": stdout, "in_order": seqs_in_order, "first": first, "last": last,
-                "error": "the stream ended without its end event"})
+    result.put({"lines": lines, "events": events, "stdout": stdout, "in_order": seqs_in_order, "first": first,
+                "last": last, "error": "the stream ended without its end event"})
 
 
 def main() -> None:
@@ -108,7 +114,8 @@ def main() -> None:
             viewer.join(30)
             live["lines_per_s"] = live["stdout"] / (live["last"] - live["first"]) if live["stdout"] > 1 else None
             live["web_cpu_s"] = web_cpu(stack) - web0  # uvicorn, from before the job to its end event
-            print(f"live SSE viewer: {live['stdout']:,} stdout lines of {live['events']:,} events, seqs in order: "
+            print(f"live SSE viewer: {live['stdout']:,} stdout lines of {live['lines']:,} in {live['events']:,} events, "
+                  f"seqs in order: "
                   f"{live['in_order']}; {live['lines_per_s'] or float('nan'):,.0f} lines/s arriving; "
                   f"CPU: web server {live['web_cpu_s']:.1f} s, viewer {live.get('viewer_cpu_s', 0):.1f} s")
         out = LogLine.objects.filter(job_id=job.pk, stream="o")

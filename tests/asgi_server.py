@@ -87,14 +87,25 @@ def session_cookie(client) -> dict:
     return {settings.SESSION_COOKIE_NAME: client.cookies[settings.SESSION_COOKIE_NAME].value}
 
 
-def sse_events(response: httpx.Response):
-    """Yield ``(event, id, data)`` for each event of a streaming httpx response."""
+LINE_FIELDS = ("seq", "rank", "stream", "text", "html")
+
+
+def sse_events(response: httpx.Response, *, per_line: bool = True):
+    """Yield ``(event, id, data)`` for each event of a streaming httpx response.
+
+    ``per_line`` yields each line of a ``lines`` event on its own, as ``("line", "SEQ", {"seq", "rank",
+    "stream", "text"})`` (plus ``"html"`` where the server sent it); without it, events as they came."""
     event, ident, data = "message", None, []
     for raw in response.iter_lines():
         if raw == "":
             if data:
                 payload = "\n".join(data)
-                yield event, ident, (json.loads(payload) if payload[:1] in "{[" else payload)
+                payload = json.loads(payload) if payload[:1] in "{[" else payload
+                if per_line and event == "lines":
+                    for line in payload:
+                        yield "line", str(line[0]), dict(zip(LINE_FIELDS, line))
+                else:
+                    yield event, ident, payload
             event, ident, data = "message", None, []
         elif raw.startswith(":"):
             continue

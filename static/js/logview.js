@@ -1,5 +1,7 @@
 // The job page's one live channel: GET /jobs/ID/logs/stream?channel=page (Server-Sent Events).
-// Log lines arrive pre-rendered and escaped by the server; this script only places them.
+// Log lines arrive as "lines" events, [seq, rank, stream, text] each (plus the server's escaped HTML of
+// a line with colour codes or other control characters); row() builds the row the server's own
+// ansi.row() writes for the page and its older pages, text escaped, never parsed as HTML.
 // The same stream carries the page's sections as named events: status, history, files and sites
 // (the partials' HTML, swapped in place) and progress and metrics (handed to charts.js as
 // "job:progress" / "job:metrics" DOM events). Every (re)connect starts with a snapshot of
@@ -18,6 +20,22 @@
   var lastSeq = parseInt(streamUrl.searchParams.get("after") || "-1", 10);
   var source = null, following = log.dataset.follow === "1", pending = [], scheduled = false;
   var SECTIONS = { status: "job-status", history: "job-history", files: "job-files", sites: "job-sites" };
+
+  var jobHref = streamUrl.pathname.replace(/\/logs\/stream$/, "");
+  var ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;" };
+  function escape(text) { return text.replace(/[&<>]/g, function (c) { return ESCAPES[c]; }); }
+
+  // One row, as trainhub/jobs/ansi.py row() writes it (tests/e2e/test_job_page_live_browser.py
+  // compares a live page's rows with the same lines rendered by the server).
+  function row(line) {
+    var seq = line[0], rank = line[1], stream = escape(line[2]), text = line[3];
+    if (line[2] === "s" && text.lastIndexOf("finished: ", 0) === 0) {
+      stream += text === "finished: exited with code 0" ? " ok" : " bad"; // the closing line, by outcome
+    }
+    return '<div class="line ' + stream + '" id="L' + seq + '" data-seq="' + seq + '" data-rank="' + rank + '">' +
+      '<a class="n" href="' + jobHref + "?line=" + seq + "#L" + seq + '">' + seq + '</a><span class="r">' + rank +
+      '</span><span class="t">' + (line.length > 4 ? line[4] : escape(text)) + "</span></div>";
+  }
 
   function say(text) { if (state) state.textContent = text; }
   function atBottom() { return log.scrollHeight - log.scrollTop - log.clientHeight < 40; }
@@ -57,11 +75,13 @@
     if (stick) log.scrollTop = log.scrollHeight;
   }
 
-  function onLine(event) {
-    var line = JSON.parse(event.data);
-    if (line.seq <= lastSeq) return; // a resend after a reconnect
-    lastSeq = line.seq;
-    pending.push(line.html);
+  function onLines(event) {
+    var lines = JSON.parse(event.data);
+    for (var i = 0; i < lines.length; i++) {
+      if (lines[i][0] <= lastSeq) continue; // a resend after a reconnect
+      lastSeq = lines[i][0];
+      pending.push(row(lines[i]));
+    }
     if (pending.length > MAX_ROWS) pending.splice(0, pending.length - MAX_ROWS);
     if (!scheduled) { scheduled = true; setTimeout(flush, 16); }
   }
@@ -89,7 +109,7 @@
     else streamUrl.searchParams.set("lines", "0"); // paused, or old lines on screen: sections only
     var mine = source = new EventSource(streamUrl.href);
     source.onopen = function () { if (following) say("live"); };
-    source.onmessage = onLine;
+    source.addEventListener("lines", onLines);
     Object.keys(SECTIONS).forEach(function (name) {
       source.addEventListener(name, function (event) { swap(name, event); });
     });

@@ -123,3 +123,31 @@ def test_a_cross_site_jobs_sites_panel_follows_a_lost_site_on_the_same_stream(we
     expect(cloud_b.locator(".site-outer")).to_have_text("8")
     assert requests[seen:] == [], f"the page made requests for the Sites panel: {requests[seen:]}"
     assert len([url for url in requests if "/logs/stream" in url]) == 1
+
+
+def test_live_rows_are_the_rows_the_server_renders_for_the_same_lines(web, job, page):
+    """The live channel sends a line's text (and HTML only where it has colour or control codes); the page
+    builds each row itself. Those rows must be the server's (``ansi.row``, what a reload shows): the same
+    classes, permalink, rank and escaping, hostile text never markup."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{web.url}/jobs/{job.pk}")
+    expect(page.locator("#log-state")).to_have_text("live")
+    texts = [(0, "o", "<script>window.owned = 1</script> & <b>bold?</b>"),
+             (1, "e", '<img src=x onerror="window.owned = 2"> "quoted" \'single\''),
+             (0, "o", "\x1b[1;31mred <i>bold</i>\x1b[0m plain \x1b[2K\x07bell"),
+             (0, "o", "tab\tseparated  spaces and ☃ 😀 \u00a0nbsp"),
+             (0, "s", "finished: exited with code 0"),
+             (0, "s", "finished: exited with code 3"),
+             (0, "s", "some system line")]
+    logs.append_lines(job.pk, [logs.Line(3 + i, rank, stream, text) for i, (rank, stream, text) in enumerate(texts)])
+    expect(page.locator("#log .line")).to_have_count(3 + len(texts))
+    rows = "els => els.map(e => e.outerHTML)"
+    live = page.eval_on_selector_all("#log .line", rows)
+    assert page.evaluate("window.owned") is None
+    page.reload()  # now the server renders every row
+    expect(page.locator("#log .line")).to_have_count(3 + len(texts))
+    served = page.eval_on_selector_all("#log .line", rows)
+    assert live == served
+    assert 'class="line s ok"' in live[-3] and 'class="line s bad"' in live[-2] and 'class="line s"' in live[-1]
+    assert '<span class="ansi-bold ansi-red">red &lt;i&gt;bold&lt;/i&gt;</span>' in live[5]

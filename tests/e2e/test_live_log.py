@@ -22,7 +22,7 @@ def follow(web, job_id: int, cookies: dict, timeout: float = 240) -> tuple[list[
             if event == "end":
                 end = data
                 break
-            if event == "message":  # not "skipped": a finished log is sent from its newest 5,000 lines
+            if event == "line":  # not "skipped": a finished log is sent from its newest 5,000 lines
                 lines.append({**data, "seen": time.time()})
     return lines, end
 

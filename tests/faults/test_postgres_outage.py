@@ -194,7 +194,7 @@ def test_a_live_log_viewer_gets_every_line_and_the_end_after_the_web_servers_dat
                     if event == "end":
                         ended.append(data)
                         return
-                    if event == "message":
+                    if event == "line":
                         seen.append(data["seq"])
 
         reader = threading.Thread(target=follow, daemon=True)

@@ -64,7 +64,7 @@ def follow_until_live(web, job: Job, cookies: dict, live_lines: int = 20):
 
         for event, _, data in sse_events(Counted()):
             events.append((event, data))
-            if event == "message" and data["text"] == "live line":
+            if event == "line" and data["text"] == "live line":
                 first_live = first_live or (size, time.monotonic() - started)
                 live_lines -= 1
                 if not live_lines:
@@ -87,9 +87,9 @@ def test_opening_a_running_jobs_log_far_behind_skips_to_its_newest_lines_then_fo
     assert events[0][0] == "skipped", events[:2]
     skipped = events[0][1]
     assert skipped["first"] == 0 and skipped["older_url"] == f"/jobs/{job.pk}/logs/page?before={skipped['last'] + 1}"
-    seqs = [data["seq"] for event, data in events if event == "message"]
+    seqs = [data["seq"] for event, data in events if event == "line"]
     assert seqs == list(range(skipped["last"] + 1, seqs[-1] + 1))  # gap-free from the newest lines on
-    caught_up = [data for event, data in events if event == "message" and data["text"] != "live line"]
+    caught_up = [data for event, data in events if event == "line" and data["text"] != "live line"]
     assert most // 2 <= len(caught_up) <= most, len(caught_up)
     assert caught_up[-1]["text"].startswith(f"{backlog - 1:07d} ")
     whole = backlog * width
@@ -106,7 +106,7 @@ def test_a_client_a_little_behind_a_running_job_gets_every_line_it_missed(web, u
                           timeout=httpx.Timeout(60, connect=10)) as response:
             seqs = []
             for event, _, data in sse_events(response):
-                assert event == "message", (event, data)
+                assert event == "line", (event, data)
                 seqs.append(data["seq"])
                 if len(seqs) == 1_500:
                     break

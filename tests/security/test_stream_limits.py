@@ -174,7 +174,7 @@ def test_a_finished_100k_line_log_is_sent_from_its_newest_lines_not_replayed_per
         return len(response.content), list(all_sse_events(response))
 
     size, events = connect()
-    lines = [int(ident) for event, ident, _ in events if event == "message"]
+    lines = [int(ident) for event, ident, _ in events if event == "line"]
     skipped = [data for event, _, data in events if event == "skipped"]
     assert lines == list(range(95_000, 100_000))
     assert size < 5_000 * 400, size  # 1.59 MB measured; the whole log was 31.6 MB
@@ -182,7 +182,7 @@ def test_a_finished_100k_line_log_is_sent_from_its_newest_lines_not_replayed_per
     assert events[-1][0] == "end" and events[-1][2]["last_seq"] == 99_999
 
     size, events = connect(**{"Last-Event-ID": "99990"})  # a client that has nearly everything
-    assert [e for e, _, _ in events] == ["message"] * 9 + ["end"] and size < 10_000
+    assert [e for e, _, _ in events] == ["line"] * 9 + ["end"] and size < 10_000
 
     older = user_client.get(skipped[0]["older_url"], HTTP_HX_REQUEST="true").content.decode()
     assert 'id="L94999"' in older and 'id="L94500"' in older and 'id="L94499"' not in older

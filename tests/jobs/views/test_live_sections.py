@@ -44,8 +44,8 @@ def names(got):
 def test_a_new_connection_starts_with_a_snapshot_of_every_section(web, job, user_client):
     logs.append_lines(job.pk, [logs.Line(i, 0, "o", f"line {i}") for i in range(3)])
     got = follow(web, job, session_cookie(user_client), lambda e, d: e == "metrics")
-    assert [(e, int(i)) for e, i, _ in got if e == "message"] == [("message", 0), ("message", 1), ("message", 2)]
-    sections = {e: d for e, _, d in got if e != "message"}
+    assert [(e, int(i)) for e, i, _ in got if e == "line"] == [("line", 0), ("line", 1), ("line", 2)]
+    sections = {e: d for e, _, d in got if e != "line"}
     assert set(sections) == {"status", "history", "files", "progress", "metrics"}
     assert sections["status"]["status"] == "running" and 'id="job-status"' in sections["status"]["html"]
     assert sections["status"]["reason"] == "claimed by test-worker"
@@ -69,7 +69,7 @@ def test_changes_arrive_as_they_happen_and_the_stream_ends_with_the_final_status
     got = follow(web, job, session_cookie(user_client), lambda e, d: False, params={"lines": "0"})
     timer.join()
     assert names(got)[-1] == "end" and got[-1][2]["status"] == "succeeded"
-    assert "message" not in names(got)  # lines=0: sections only
+    assert "line" not in names(got)  # lines=0: sections only
     last = {e: d for e, _, d in got}
     assert last["status"]["status"] == "succeeded" and last["status"]["active"] is False
     assert "exit code 0" in last["history"]["html"] and "model.pt" in last["files"]["html"]
@@ -93,4 +93,4 @@ def test_without_the_page_channel_the_stream_carries_lines_only(web, job, user_c
     logs.append_lines(job.pk, [logs.Line(0, 0, "o", "hello")])
     job.transition("succeeded", reason="test")
     got = follow(web, job, session_cookie(user_client), lambda e, d: False, params={"channel": ""})
-    assert names(got) == ["message", "end"]
+    assert names(got) == ["line", "end"]

@@ -1,6 +1,7 @@
 """The live log over Server-Sent Events, through uvicorn, with a real Redis."""
 from __future__ import annotations
 
+import json
 import threading
 
 import httpx
@@ -73,6 +74,11 @@ def closing(fn, *args) -> None:
         fn(*args)
     finally:
         connection.close()
+
+
+def line_seqs(events: list[bytes]) -> list[int]:
+    """The seqs of the lines in these raw events (split at blank lines) of the stream."""
+    return [line[0] for e in events if e.startswith(b"event: lines\n") for line in json.loads(e.split(b"\ndata: ", 1)[1])]
 
 
 def read(web, job, cookies, *, stop_after: int | None = None, headers=None, params=None):
@@ -164,15 +170,18 @@ def test_lines_older_than_the_redis_window_come_from_the_database(web, job, cook
     assert seqs == list(range(100)) and end["last_seq"] == 99
 
 
-def test_hostile_lines_arrive_escaped(web, job, cookies):
+def test_hostile_lines_arrive_as_text_and_coloured_ones_as_escaped_html(web, job, cookies):
     emit(job, 0, 1, "<script>alert(1)</script>")
     emit(job, 1, 1, '<div hx-get="/jobs/new" hx-trigger="load">x</div>')
+    emit(job, 2, 1, "\x1b[31m<b>red</b>\x1b[0m & done")
     finish(job)
     with httpx.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream", cookies=cookies, timeout=20) as response:
-        events = [data for event, _, data in sse_events(response) if event == "message"]
-    assert events[0]["text"] == "<script>alert(1)</script>"
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in events[0]["html"] and "<script>" not in events[0]["html"]
-    assert "<div hx-get" not in events[1]["html"] and "&lt;div hx-get=" in events[1]["html"]
+        events = [data for event, _, data in sse_events(response) if event == "line"]
+    # plain text is text: the page builds the row with it escaped (tests/e2e/test_job_page_live_browser.py)
+    assert [e["text"] for e in events[:2]] == ["<script>alert(1)</script>",
+                                               '<div hx-get="/jobs/new" hx-trigger="load">x</div>']
+    assert "html" not in events[0] and "html" not in events[1]
+    assert events[2]["html"] == '<span class="ansi-red">&lt;b&gt;red&lt;/b&gt;</span> &amp; done'
 
 
 def test_any_text_arrives_as_printed_with_its_rank_and_stream(web, job, cookies):
@@ -180,10 +189,28 @@ def test_any_text_arrives_as_printed_with_its_rank_and_stream(web, job, cookies)
     logs.append_lines(job.pk, [logs.Line(seq, seq % 3, "oes"[seq % 3], text) for seq, text in enumerate(texts)])
     finish(job)
     with httpx.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream", cookies=cookies, timeout=20) as response:
-        events = [data for event, _, data in sse_events(response) if event == "message"]
+        events = [data for event, _, data in sse_events(response) if event == "line"]
     assert [(e["seq"], e["rank"], e["stream"], e["text"]) for e in events] == \
         [(seq, seq % 3, "oes"[seq % 3], text) for seq, text in enumerate(texts)]
-    assert all(f'data-seq="{e["seq"]}"' in e["html"] for e in events)
+    # the bell is a control character a browser would show as a box: that line comes with its HTML too
+    assert [e.get("html") for e in events] == [None, "tab\tandbell", None, None, None]
+
+
+def test_lines_travel_many_to_an_event_whose_id_is_the_last_seq_it_holds(web, job, cookies):
+    logs.append_lines(job.pk, [logs.Line(seq, seq % 2, "o", f"line {seq}") for seq in range(450)])
+    finish(job)
+    with httpx.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream", cookies=cookies, timeout=20) as response:
+        events = [(event, ident, data) for event, ident, data in sse_events(response, per_line=False)]
+    lines = [(int(ident), [line[0] for line in data]) for event, ident, data in events if event == "lines"]
+    # stored lines come 200 to a database read: three events, not 450
+    assert [(last, seqs[0], len(seqs)) for last, seqs in lines] == [(199, 0, 200), (399, 200, 200), (449, 400, 50)]
+    assert all(last == seqs[-1] for last, seqs in lines)
+    assert events[-1][0] == "end" and events[-1][2]["last_seq"] == 449
+    # with a rank filter the id is still the last line read, so a client resumes past what was passed over
+    with httpx.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream?rank=0&after=397", cookies=cookies,
+                      timeout=20) as response:
+        got = [(ident, data) for event, ident, data in sse_events(response, per_line=False) if event == "lines"]
+    assert got == [("449", [[s, 0, "o", f"line {s}"] for s in range(398, 450, 2)])]  # 449 is rank 1's
 
 
 def test_the_stream_refuses_anonymous_users_and_other_peoples_jobs(web, job, django_user_model, client):
@@ -256,7 +283,7 @@ def test_a_hot_jobs_many_viewers_are_woken_together_with_every_line_and_little_d
             for chunk in response.iter_raw():
                 now = time.monotonic()
                 *events, buf = (buf + chunk).split(b"\n\n")
-                seqs = [int(e.split(b"\n")[0][4:]) for e in events if e.startswith(b"id: ")]
+                seqs = line_seqs(events)
                 out["writes"] += bool(seqs)
                 out["seqs"] += seqs
                 out["late"] += [now - printed[s] for s in seqs]
@@ -318,7 +345,7 @@ def test_many_open_live_logs_share_a_few_database_connections(start_web, job, co
             buf = b""
             async for chunk in response.aiter_raw():
                 *events, buf = (buf + chunk).split(b"\n\n")
-                got += [int(e.split(b"\n")[0][4:]) for e in events if e.startswith(b"id: ")]
+                got += line_seqs(events)
                 if len(got) == 5:
                     opened.append(1)
                     await ready.wait()

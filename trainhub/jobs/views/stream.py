@@ -1,8 +1,10 @@
 """``GET /jobs/{id}/logs/stream``: a job's log as Server-Sent Events.
 
-Each event is one line: ``id:`` is its seq, ``data:`` JSON ``{seq, rank, stream, text, html}``
-(``html`` is the escaped, colour-rendered row). The client resumes from ``Last-Event-ID``
-or ``?after=SEQ``. Lines come live from the Redis Stream; anything the stream does not
+Lines travel as ``lines`` events, each with up to ``EVENT_LINES`` consecutive lines: ``id:`` is the
+last seq it covers, ``data:`` a JSON array of ``[seq, rank, stream, text]``, with a fifth element,
+the escaped, colour-rendered text as HTML, only for a line with ANSI codes or other control characters
+(a browser shows any other line's ``text`` as it is; ``static/js/logview.js`` builds the row
+``ansi.row`` would). The client resumes from ``Last-Event-ID`` or ``?after=SEQ``. Lines come live from the Redis Stream; anything the stream does not
 hold (older than its window, or lost with a Redis restart) comes from the database.
 The sequence sent is gap-free and duplicate-free: a line is sent only when it is exactly
 the next seq, and a jump forward is filled from the database first. When the job is
@@ -44,7 +46,6 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from django.urls import reverse
 
 from trainhub.jobs import ansi, logs, retention
 from trainhub.jobs.models import FINAL, Job
@@ -56,11 +57,13 @@ log = logging.getLogger(__name__)
 BLOCK_MS = 1000
 KEEPALIVE_SECONDS = 15
 DB_BATCH = 200  # rows per database read of one viewer: at most ~3 MB of text with the longest lines
+EVENT_LINES = 500  # lines per ``lines`` event at most
 FRAME_CACHE = 20_000
 HUB_LINES = 20_000  # recent lines a job's hub keeps for viewers that are a little behind
 XREAD_ENTRIES = 2  # stream entries per Redis read: at most 400 lines, ~6.5 MB of the longest lines
-#: rendered SSE frames of recent lines, oldest first (one event loop: no lock needed)
+#: recent lines as the JSON array elements of a ``lines`` event, oldest first (one event loop: no lock needed)
 _FRAMES: dict[tuple[int, int], str] = {}
+_STREAMS = {s: _js(s) for s in "oes"}
 _FRAME_BYTES = [0]  # characters held in ``_FRAMES``
 #: open streams of this server process per user id, each a ``_Place`` (changed on the event loop only)
 _OPEN: collections.Counter = collections.Counter()
@@ -247,12 +250,11 @@ class Follower:
     ``page`` (a ``live.PageViewer``) adds the job page's sections to the stream.
     """
 
-    def __init__(self, job_id: int, cursor: int, href: str, rank: int | None = None, stream: str | None = None,
+    def __init__(self, job_id: int, cursor: int, rank: int | None = None, stream: str | None = None,
                  *, lines: bool = True, page: live.PageViewer | None = None, place: _Place | None = None):
         self.job_id = job_id
         self.place = place  # this stream's place among the open ones, given back when it ends
         self.cursor = cursor  # last seq sent (or skipped by a filter)
-        self.href = href
         self.rank = rank
         self.stream = stream
         self.lines = lines
@@ -260,42 +262,51 @@ class Follower:
         self.seen_epoch = None  # the hub's epoch this client last filled from the database for
         self.opening = True  # no line read yet on this connection: the catch-up bound applies
 
-    def frame(self, line: logs.Line) -> str:
+    def item(self, line: logs.Line) -> str:
+        """The line as an element of a ``lines`` event's array ("" when a filter passes over it)."""
         self.cursor = line.seq
         if (self.rank is not None and line.rank != self.rank) or (self.stream and line.stream != self.stream):
             return ""
         key = (self.job_id, line.seq)
         cached = _FRAMES.get(key)
         if cached is None:  # many viewers of one job: each line is rendered once, not once per viewer
-            # what json.dumps of the dict gives, without building the dict and the encoder per line
-            # (half of uvicorn's CPU in a 1,000,000-line flood went there): ints as they are, strings
-            # through json's own C escaper
-            cached = _FRAMES[key] = (
-                f'id: {line.seq}\ndata: {{"seq": {line.seq:d}, "rank": {line.rank:d}, "stream": {_js(line.stream)}, '
-                f'"text": {_js(line.text)}, "html": {_js(ansi.row(line, href=self.href))}}}\n\n')
+            # what json.dumps would write, without building a list and an encoder per line (half of
+            # uvicorn's CPU in a 1,000,000-line flood went there once): ints as they are, strings through
+            # json's own C escaper; the HTML only where the browser cannot show the text as it is
+            text = line.text
+            html = f",{_js(ansi.to_html(text))}" if ansi.CONTROL.search(text) else ""
+            cached = _FRAMES[key] = (f"[{line.seq:d},{line.rank:d},{_STREAMS.get(line.stream) or _js(line.stream)},"
+                                     f"{_js(text)}{html}]")
             _FRAME_BYTES[0] += len(cached)
         return cached
 
-    async def backfill(self, strict: bool = True) -> tuple[list[str], bool]:
-        """Stored lines after the cursor, from the database; the flag says whether more wait.
+    def event(self, items: list[str]) -> str:
+        """One ``lines`` event of these items; its id is the cursor (the last line read, sent or filtered)."""
+        return f"event: lines\nid: {self.cursor}\ndata: [{','.join(items)}]\n\n"
+
+    async def backfill(self, strict: bool = True) -> tuple[str, bool]:
+        """A ``lines`` event of stored lines after the cursor, from the database ("" if none to send); the
+        flag says whether more wait.
 
         ``strict`` stops at a hole in the stored sequence instead of skipping it (a hole can
         only be a write still in flight); once the job is final nothing more can arrive.
         """
         lines = await aiodb.call(logs.read_lines, self.job_id, self.cursor, DB_BATCH)
-        out = []
+        items, more = [], len(lines) == DB_BATCH
         for line in lines:
             if strict and line.seq != self.cursor + 1:
                 cut = await aiodb.call(retention.cut_range, self.job_id)
                 if not (cut and cut[0] <= self.cursor + 1 and line.seq - 1 <= cut[1]):
-                    return [f for f in out if f], False  # not a retention cut: wait for the write
-            out.append(self.frame(line))
+                    more = False  # not a retention cut: wait for the write
+                    break
+            items.append(self.item(line))
         _bound_frames()
-        return [f for f in out if f], len(lines) == DB_BATCH
+        items = [i for i in items if i]
+        return (self.event(items) if items else ""), more
 
     async def line_frames(self, hub: Hub, final: bool):
-        """The lines after the cursor: from the hub when it holds them, else the database first,
-        from where ``catchup`` says (a far-behind client skips to the newest lines)."""
+        """The lines after the cursor as ``lines`` events: from the hub when it holds them, else the
+        database first, from where ``catchup`` says (a far-behind client skips to the newest lines)."""
         recent = None if final or not hub.live or hub.epoch != self.seen_epoch else hub.after(self.cursor)
         if recent is None:
             epoch = hub.epoch
@@ -310,13 +321,18 @@ class Follower:
             while more:
                 batch, more = await self.backfill(strict=not final)
                 if batch:
-                    yield "".join(batch)
+                    yield batch
             self.seen_epoch = epoch if hub.live else None
             recent = [] if final or not hub.live else (hub.after(self.cursor) or [])
-        frames = [f for f in (self.frame(l) for l in recent if l.seq == self.cursor + 1) if f]
+        events = []
+        for start in range(0, len(recent), EVENT_LINES):
+            items = [i for i in (self.item(l) for l in recent[start:start + EVENT_LINES] if l.seq == self.cursor + 1)
+                     if i]
+            if items:
+                events.append(self.event(items))
         _bound_frames()
-        if frames:
-            yield "".join(frames)
+        if events:
+            yield "".join(events)
 
     async def events(self):
         try:
@@ -438,8 +454,8 @@ async def job_log_stream(request: HttpRequest, job_id: int) -> HttpResponse:
         cursor = int_param(request.GET.get("after"))
     rank, stream = _filters(request)
     page = live.PageViewer(request, job.pk) if request.GET.get("channel") == "page" else None
-    follower = Follower(job.pk, -1 if cursor is None else max(cursor, -1), reverse("job_detail", args=[job.pk]),
-                        rank, stream, lines=request.GET.get("lines") != "0", page=page, place=_Place(user.pk))
+    follower = Follower(job.pk, -1 if cursor is None else max(cursor, -1), rank, stream,
+                        lines=request.GET.get("lines") != "0", page=page, place=_Place(user.pk))
     response = StreamingHttpResponse(_Body(follower), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
