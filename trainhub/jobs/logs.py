@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from functools import lru_cache
 from typing import NamedTuple
@@ -13,7 +14,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from trainhub.jobs import metriccap
+from trainhub.jobs import ansi, metriccap
 from trainhub.jobs.models import Job, LogChunk, LogLine, Metric
 
 log = logging.getLogger(__name__)
@@ -237,19 +238,61 @@ def _publish(group: list[_Batch]) -> None:
 
 
 def _add_entries(pipe, job_id: int, lines: list[Line]) -> None:
-    """Add lines to the job's Redis Stream: each entry holds up to ``ENTRY_LINES`` lines,
-    ``seq`` (the first line's) and ``lines`` (JSON ``[[rank, stream, text], ...]``)."""
+    """Add lines to the job's Redis Stream: each entry holds up to ``ENTRY_LINES`` lines, ``seq`` and
+    ``last`` (its first and last line's) and ``lines``, the JSON array the live channel sends as it is
+    (``entry_json``)."""
     for start in range(0, len(lines), ENTRY_LINES):
         chunk = lines[start:start + ENTRY_LINES]
-        pipe.xadd(stream_key(job_id), {"seq": chunk[0][0], "lines": json.dumps([l[1:] for l in chunk])},
+        pipe.xadd(stream_key(job_id), {"seq": chunk[0][0], "last": chunk[-1][0], "lines": entry_json(chunk)},
                   maxlen=STREAM_MAXLEN, approximate=True)
     pipe.expire(stream_key(job_id), STREAM_TTL)
 
 
-def decode_entry(fields: dict) -> list[Line]:
-    """The lines of one stream entry (see ``_add_entries``)."""
+#: a control character (``ansi.CONTROL``: colour codes among them) as ``json.dumps`` escapes it
+_JSON_CONTROL = re.compile(r"\\(?:[bfr]|u00[01][0-9a-f]|u007f)")
+
+
+def entry_json(lines: list[Line]) -> str:
+    """The lines as a live ``lines`` event carries them: a JSON array of ``[seq, rank, stream, text]``, with
+    a fifth element, the text as escaped HTML (``ansi.to_html``: colours as spans), for a line with control
+    characters, which a browser would not show as they are. Written once by the worker that stores the
+    lines, so a web server passes them on to every viewer without touching a line."""
+    data = json.dumps(lines, separators=(",", ":"))  # a Line is a tuple: an array
+    if _JSON_CONTROL.search(data):  # colours or other controls somewhere (or a false alarm: "\\r" as text)
+        data = json.dumps([(*line, ansi.to_html(line[3])) if ansi.CONTROL.search(line[3]) else line
+                           for line in lines], separators=(",", ":"))
+    return data
+
+
+class Entry:
+    """Consecutive lines ``first``..``last`` of one stream entry; ``frame`` is the SSE ``lines`` event of
+    all of them, made once for every viewer; ``lines()`` the lines themselves, decoded when first asked."""
+
+    __slots__ = ("first", "last", "frame", "_lines")
+
+    def __init__(self, first: int, last: int, data: bytes, lines: list[Line] | None = None):
+        self.first, self.last, self._lines = first, last, lines
+        self.frame = b"event: lines\nid: %d\ndata: %s\n\n" % (last, data)
+
+    def lines(self) -> list[Line]:
+        if self._lines is None:
+            data = self.frame[self.frame.index(b"\ndata: ") + 7:-2]
+            self._lines = [Line(*line[:4]) for line in json.loads(data)]
+        return self._lines
+
+    @classmethod
+    def of(cls, lines: list[Line]) -> Entry:
+        return cls(lines[0][0], lines[-1][0], entry_json(lines).encode(), lines)
+
+
+def decode_entry(fields: dict) -> Entry:
+    """One stream entry (see ``_add_entries``); also one a worker of the version before wrote (``lines``
+    as ``[[rank, stream, text], ...]`` without ``last``), a day at most after an upgrade."""
     first = int(fields[b"seq"])
-    return [Line(first + i, rank, stream, text) for i, (rank, stream, text) in enumerate(json.loads(fields[b"lines"]))]
+    if b"last" in fields:
+        return Entry(first, int(fields[b"last"]), fields[b"lines"])
+    return Entry.of([Line(first + i, rank, stream, text)
+                     for i, (rank, stream, text) in enumerate(json.loads(fields[b"lines"]))])
 
 
 FIELDS = ("seq", "rank", "stream", "text")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -137,6 +138,45 @@ def test_lines_printed_while_following_arrive_live_and_the_stream_ends_when_the_
     assert end["status"] == "succeeded"
 
 
+def test_live_lines_reach_a_viewer_of_all_a_filtered_one_and_one_resuming_mid_entry_as_stored(web, job, cookies):
+    """A live event is the worker's Redis entry passed on whole to a viewer of every line; a filtered viewer
+    and one that resumes inside an entry get their lines cut from the same entries, each with its HTML
+    where the text has colour codes."""
+    from trainhub.jobs import ansi
+
+    def text(seq: int) -> str:
+        return f"\x1b[3{seq % 8}mstep {seq}\x1b[0m <done>" if seq % 7 == 0 else f"<step> {seq} & more"
+
+    got: dict[str, list[dict]] = {}
+
+    def follow(name: str, params: dict) -> None:
+        with httpx.stream("GET", f"{web.url}/jobs/{job.pk}/logs/stream", params=params, cookies=cookies,
+                          timeout=20) as response:
+            got[name] = []
+            for event, _, data in sse_events(response):
+                if event == "end":
+                    return
+                if event == "line":
+                    got[name].append(data)
+
+    readers = [threading.Thread(target=closing, args=(follow, name, params))
+               for name, params in [("all", {}), ("rank 1", {"rank": 1}), ("after 25", {"after": 25})]]
+    for reader in readers:
+        reader.start()
+    time.sleep(1)  # every viewer attached: the lines below come live, from Redis
+    for start in range(0, 100, 20):  # one entry per 20 lines
+        logs.append_lines(job.pk, [logs.Line(s, s % 2, "o", text(s)) for s in range(start, start + 20)])
+    finish(job)
+    for reader in readers:
+        reader.join(30)
+    expected = [{"seq": s, "rank": s % 2, "stream": "o", "text": text(s),
+                 **({"html": ansi.to_html(text(s))} if s % 7 == 0 else {})} for s in range(100)]
+    assert got["all"] == expected
+    assert got["rank 1"] == [line for line in expected if line["rank"] == 1]
+    assert got["after 25"] == expected[26:]
+    assert expected[7]["html"] == '<span class="ansi-white">step 7</span> &lt;done&gt;'
+
+
 def test_a_redis_restart_mid_job_loses_and_duplicates_nothing(web, job, cookies, own_redis):
     got: list[int] = []
     result = {}
@@ -268,7 +308,6 @@ def test_a_hot_jobs_many_viewers_are_woken_together_with_every_line_and_little_d
     wake-up is what a thousand viewers cost: bench/log_fanout.py); each still gets every line, in
     order, within that window (and the status check's once a second). Without coalescing each viewer gets
     about one write per line."""
-    import time
 
     server = start_web(TRAINHUB_SSE_COALESCE_VIEWERS="4", TRAINHUB_SSE_COALESCE_MS="250")
     viewers = 4

@@ -1,10 +1,11 @@
 """``GET /jobs/{id}/logs/stream``: a job's log as Server-Sent Events.
 
-Lines travel as ``lines`` events, each with up to ``EVENT_LINES`` consecutive lines: ``id:`` is the
-last seq it covers, ``data:`` a JSON array of ``[seq, rank, stream, text]``, with a fifth element,
-the escaped, colour-rendered text as HTML, only for a line with ANSI codes or other control characters
-(a browser shows any other line's ``text`` as it is; ``static/js/logview.js`` builds the row
-``ansi.row`` would). The client resumes from ``Last-Event-ID`` or ``?after=SEQ``. Lines come live from the Redis Stream; anything the stream does not
+Lines travel as ``lines`` events of consecutive lines (up to 200): ``id:`` is the last seq it covers,
+``data:`` a JSON array of ``[seq, rank, stream, text]``, with a fifth element, the escaped,
+colour-rendered text as HTML, only for a line with ANSI codes or other control characters (a browser
+shows any other line's ``text`` as it is; ``static/js/logview.js`` builds the row ``ansi.row`` would).
+A live event is the Redis Stream entry the worker wrote (``logs.entry_json``), passed on as it is to
+each viewer that wants all its lines. The client resumes from ``Last-Event-ID`` or ``?after=SEQ``. Lines come live from the Redis Stream; anything the stream does not
 hold (older than its window, or lost with a Redis restart) comes from the database.
 The sequence sent is gap-free and duplicate-free: a line is sent only when it is exactly
 the next seq, and a jump forward is filled from the database first. When the job is
@@ -36,6 +37,7 @@ EventSource reconnects by itself from ``Last-Event-ID`` (the page's sections re-
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import json
 import logging
@@ -57,7 +59,6 @@ log = logging.getLogger(__name__)
 BLOCK_MS = 1000
 KEEPALIVE_SECONDS = 15
 DB_BATCH = 200  # rows per database read of one viewer: at most ~3 MB of text with the longest lines
-EVENT_LINES = 500  # lines per ``lines`` event at most
 FRAME_CACHE = 20_000
 HUB_LINES = 20_000  # recent lines a job's hub keeps for viewers that are a little behind
 XREAD_ENTRIES = 2  # stream entries per Redis read: at most 400 lines, ~6.5 MB of the longest lines
@@ -82,7 +83,7 @@ class Hub:
     thousand viewers woken per Redis read would spend the process on writes of a line or two
     (bench/log_fanout.py); fewer viewers are woken per read, as soon as lines arrive.
 
-    Keeps the most recent contiguous lines (``lines``) read from the job's Redis Stream;
+    Keeps the most recent contiguous lines read from the job's Redis Stream, as its entries (``entries``);
     ``epoch`` changes whenever that run of lines restarts (first attach, Redis lost and
     back, a hole in the stream), which tells viewers to look in the database first.
     """
@@ -90,8 +91,8 @@ class Hub:
     def __init__(self, job_id: int):
         self.job_id = job_id
         self.key = logs.stream_key(job_id)
-        self.lines: list[logs.Line] = []  # contiguous by seq; trimmed from the front now and then
-        self.text_bytes = 0  # characters of text in ``lines``
+        self.entries: list[logs.Entry] = []  # contiguous by seq; trimmed from the front now and then
+        self.text_bytes = 0  # bytes of the entries' frames
         self.status: str | None = None
         self.live = False  # the Redis Stream is being read
         self.epoch = 0
@@ -107,7 +108,7 @@ class Hub:
         event.set()
 
     def restart(self, live: bool) -> None:
-        self.lines.clear()
+        self.entries.clear()
         self.text_bytes = 0
         self.live = live
         self.epoch += 1
@@ -172,13 +173,7 @@ class Hub:
                     for _key, entries in reply or ():
                         for entry_id, fields in entries:
                             redis_id = entry_id.decode()
-                            for line in logs.decode_entry(fields):
-                                if self.lines and line.seq <= self.lines[-1].seq:
-                                    continue
-                                if self.lines and line.seq != self.lines[-1].seq + 1:
-                                    self.restart(live=True)  # a hole: viewers fill it from the database
-                                self.lines.append(line)
-                                self.text_bytes += len(line.text)
+                            self.add(logs.decode_entry(fields))
                     self.trim()
                     held = held or bool(reply)
                     if held and (self.viewers < settings.TRAINHUB_SSE_COALESCE_VIEWERS or
@@ -191,28 +186,48 @@ class Hub:
             if _HUBS.get(self.job_id) is self:
                 del _HUBS[self.job_id]
 
+    def add(self, entry: logs.Entry) -> None:
+        if self.entries:
+            held = self.entries[-1].last
+            if entry.last <= held:
+                return
+            if entry.first <= held:  # lines already held (never seen from one writer; kept safe anyway)
+                entry = logs.Entry.of([line for line in entry.lines() if line.seq > held])
+            if entry.first != held + 1:
+                self.restart(live=True)  # a hole: viewers fill it from the database
+        self.entries.append(entry)
+        self.text_bytes += len(entry.frame)
+
     def trim(self) -> None:
-        """Drop the oldest lines once the hub holds more than ``2 * HUB_LINES`` lines or
-        ``TRAINHUB_SSE_JOB_BUFFER_BYTES`` of text, down to half of either (viewers behind that
-        read the database)."""
+        """Drop the oldest entries once the hub holds more than ``2 * HUB_LINES`` lines or
+        ``TRAINHUB_SSE_JOB_BUFFER_BYTES`` of them, down to half of either (viewers behind that read the
+        database)."""
+        if not self.entries:
+            return
         cap = settings.TRAINHUB_SSE_JOB_BUFFER_BYTES
-        if len(self.lines) <= 2 * HUB_LINES and self.text_bytes <= cap:
+        held = self.entries[-1].last - self.entries[0].first + 1
+        if held <= 2 * HUB_LINES and self.text_bytes <= cap:
             return
         cut, kept = 0, self.text_bytes
-        while cut < len(self.lines) and (len(self.lines) - cut > HUB_LINES or kept > cap // 2):
-            kept -= len(self.lines[cut].text)
+        while cut < len(self.entries) - 1 and (self.entries[-1].last - self.entries[cut].first >= HUB_LINES or
+                                                kept > cap // 2):
+            kept -= len(self.entries[cut].frame)
             cut += 1
-        del self.lines[:cut]
+        del self.entries[:cut]
         self.text_bytes = kept
 
-    def after(self, cursor: int) -> list[logs.Line] | None:
-        """Lines after ``cursor`` if this hub holds all of them from cursor + 1 on, else None."""
-        if not self.lines:
+    def after(self, cursor: int) -> list[logs.Entry] | None:
+        """The entries holding the lines after ``cursor`` if this hub holds all of them from cursor + 1 on,
+        else None."""
+        if not self.entries:
             return []
-        first = self.lines[0].seq
-        if first > cursor + 1:
+        if self.entries[0].first > cursor + 1:
             return None
-        return self.lines[max(0, cursor + 1 - first):]
+        return self.entries[bisect.bisect_right(self.entries, cursor, key=_last):]
+
+
+def _last(entry: logs.Entry) -> int:
+    return entry.last
 
 
 _HUBS: dict[int, Hub] = {}
@@ -325,14 +340,18 @@ class Follower:
             self.seen_epoch = epoch if hub.live else None
             recent = [] if final or not hub.live else (hub.after(self.cursor) or [])
         events = []
-        for start in range(0, len(recent), EVENT_LINES):
-            items = [i for i in (self.item(l) for l in recent[start:start + EVENT_LINES] if l.seq == self.cursor + 1)
-                     if i]
+        whole = self.rank is None and not self.stream  # a viewer of every line is sent the entries as they are
+        for entry in recent:
+            if whole and entry.first == self.cursor + 1:
+                self.cursor = entry.last
+                events.append(entry.frame)
+                continue
+            items = [i for i in (self.item(l) for l in entry.lines() if l.seq == self.cursor + 1) if i]
             if items:
-                events.append(self.event(items))
+                events.append(self.event(items).encode())
         _bound_frames()
         if events:
-            yield "".join(events)
+            yield b"".join(events)
 
     async def events(self):
         try:
