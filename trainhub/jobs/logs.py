@@ -266,23 +266,22 @@ def entry_json(lines: list[Line]) -> str:
 
 class Entry:
     """Consecutive lines ``first``..``last`` of one stream entry; ``frame`` is the SSE ``lines`` event of
-    all of them, made once for every viewer; ``lines()`` the lines themselves, decoded when first asked."""
+    all of them, made once for every viewer. ``lines()`` decodes them on each call and keeps nothing: a web
+    server's hub holds entries, bounded by their frames' bytes, and only a filtered viewer, or one resuming
+    inside an entry, asks for its lines."""
 
-    __slots__ = ("first", "last", "frame", "_lines")
+    __slots__ = ("first", "last", "frame")
 
-    def __init__(self, first: int, last: int, data: bytes, lines: list[Line] | None = None):
-        self.first, self.last, self._lines = first, last, lines
+    def __init__(self, first: int, last: int, data: bytes):
+        self.first, self.last = first, last
         self.frame = b"event: lines\nid: %d\ndata: %s\n\n" % (last, data)
 
     def lines(self) -> list[Line]:
-        if self._lines is None:
-            data = self.frame[self.frame.index(b"\ndata: ") + 7:-2]
-            self._lines = [Line(*line[:4]) for line in json.loads(data)]
-        return self._lines
+        return [Line(*line[:4]) for line in json.loads(self.frame[self.frame.index(b"\ndata: ") + 7:-2])]
 
     @classmethod
     def of(cls, lines: list[Line]) -> Entry:
-        return cls(lines[0][0], lines[-1][0], entry_json(lines).encode(), lines)
+        return cls(lines[0][0], lines[-1][0], entry_json(lines).encode())
 
 
 def decode_entry(fields: dict) -> Entry:

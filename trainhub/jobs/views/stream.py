@@ -5,8 +5,9 @@ Lines travel as ``lines`` events of consecutive lines (up to 200): ``id:`` is th
 colour-rendered text as HTML, only for a line with ANSI codes or other control characters (a browser
 shows any other line's ``text`` as it is; ``static/js/logview.js`` builds the row ``ansi.row`` would).
 A live event is the Redis Stream entry the worker wrote (``logs.entry_json``), passed on as it is to
-each viewer that wants all its lines. The client resumes from ``Last-Event-ID`` or ``?after=SEQ``. Lines come live from the Redis Stream; anything the stream does not
-hold (older than its window, or lost with a Redis restart) comes from the database.
+each viewer that wants all its lines. The client resumes from ``Last-Event-ID`` or ``?after=SEQ``.
+Lines come live from the Redis Stream; anything the stream does not hold (older than its window, or
+lost with a Redis restart) comes from the database.
 The sequence sent is gap-free and duplicate-free: a line is sent only when it is exactly
 the next seq, and a jump forward is filled from the database first. When the job is
 final and every stored line has been sent, an ``end`` event closes the stream.
@@ -23,7 +24,7 @@ a snapshot of each on every (re)connect and then each change; ``?lines=0`` leave
 lines out (a paused log). Other clients (the CLI, the API's followers) get lines only.
 
 Memory per job in a server process is bounded in bytes, not only in lines (a line may hold
-16,384 characters): a job's hub keeps at most ``TRAINHUB_SSE_JOB_BUFFER_BYTES`` of recent text
+16,384 characters): a job's hub keeps at most ``TRAINHUB_SSE_JOB_BUFFER_BYTES`` of recent lines (as their events' bytes)
 (older lines come from the database), the rendered frames shared by viewers at most
 ``TRAINHUB_SSE_FRAME_CACHE_BYTES`` in all, and one Redis read takes at most ``XREAD_ENTRIES``
 entries (each up to ``logs.ENTRY_LINES`` lines).
@@ -92,7 +93,7 @@ class Hub:
         self.job_id = job_id
         self.key = logs.stream_key(job_id)
         self.entries: list[logs.Entry] = []  # contiguous by seq; trimmed from the front now and then
-        self.text_bytes = 0  # bytes of the entries' frames
+        self.text_bytes = 0  # bytes of the entries' frames (all a hub holds of them)
         self.status: str | None = None
         self.live = False  # the Redis Stream is being read
         self.epoch = 0
