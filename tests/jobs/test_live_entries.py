@@ -18,6 +18,10 @@ def test_an_entry_is_the_lines_event_with_html_only_for_lines_a_browser_cannot_s
                                 [43, 0, "s", "bell\x07", "bell"],
                                 [44, 0, "o", "Größe ☃"]]
     assert data.isascii() and "\n" not in data and "\r" not in data  # one SSE data: line
+    # the same text, line by line, as a web server writes a line it cuts from an entry or reads from the database
+    assert data == f"[{','.join(map(logs.line_json, lines))}]"
+    plain = [lines[0], lines[2], lines[4]]
+    assert logs.entry_json(plain) == f"[{','.join(map(logs.line_json, plain))}]"
 
 
 def test_an_entry_published_and_read_back_from_redis_is_its_lines_and_their_event(live_settings):

@@ -250,17 +250,27 @@ def _add_entries(pipe, job_id: int, lines: list[Line]) -> None:
 
 #: a control character (``ansi.CONTROL``: colour codes among them) as ``json.dumps`` escapes it
 _JSON_CONTROL = re.compile(r"\\(?:[bfr]|u00[01][0-9a-f]|u007f)")
+_js = json.encoder.encode_basestring_ascii  # a JSON string literal, as json.dumps writes it
+_STREAMS = {s: _js(s) for s in "oes"}
+
+
+def line_json(line: Line) -> str:
+    """One line as an element of a live ``lines`` event's array: ``[seq, rank, stream, text]``, and the text
+    as escaped HTML (``ansi.to_html``: colours as spans) for a line with control characters, which a browser
+    would not show as they are. Written as ``json.dumps(..., separators=(",", ":"))`` would, without a list
+    and an encoder per line: ints as they are, strings through json's own C escaper."""
+    seq, rank, stream, text = line
+    html = f",{_js(ansi.to_html(text))}" if ansi.CONTROL.search(text) else ""
+    return f"[{seq:d},{rank:d},{_STREAMS.get(stream) or _js(stream)},{_js(text)}{html}]"
 
 
 def entry_json(lines: list[Line]) -> str:
-    """The lines as a live ``lines`` event carries them: a JSON array of ``[seq, rank, stream, text]``, with
-    a fifth element, the text as escaped HTML (``ansi.to_html``: colours as spans), for a line with control
-    characters, which a browser would not show as they are. Written once by the worker that stores the
-    lines, so a web server passes them on to every viewer without touching a line."""
-    data = json.dumps(lines, separators=(",", ":"))  # a Line is a tuple: an array
+    """The lines as a live ``lines`` event carries them: the JSON array of their ``line_json``. Written once
+    by the worker that stores the lines, so a web server passes them on to every viewer without touching a
+    line."""
+    data = json.dumps(lines, separators=(",", ":"))  # a Line is a tuple: an array, as line_json writes it
     if _JSON_CONTROL.search(data):  # colours or other controls somewhere (or a false alarm: "\\r" as text)
-        data = json.dumps([(*line, ansi.to_html(line[3])) if ansi.CONTROL.search(line[3]) else line
-                           for line in lines], separators=(",", ":"))
+        data = f"[{','.join(map(line_json, lines))}]"
     return data
 
 

@@ -42,6 +42,7 @@ import bisect
 import collections
 import json
 import logging
+import operator
 import time
 
 import redis
@@ -50,11 +51,9 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
-from trainhub.jobs import ansi, logs, retention
+from trainhub.jobs import logs, retention
 from trainhub.jobs.models import FINAL, Job
 from trainhub.jobs.views import aiodb, catchup, int_param, job_for_user, live
-
-_js = json.encoder.encode_basestring_ascii  # a JSON string literal, as json.dumps writes it
 
 log = logging.getLogger(__name__)
 BLOCK_MS = 1000
@@ -65,7 +64,6 @@ HUB_LINES = 20_000  # recent lines a job's hub keeps for viewers that are a litt
 XREAD_ENTRIES = 2  # stream entries per Redis read: at most 400 lines, ~6.5 MB of the longest lines
 #: recent lines as the JSON array elements of a ``lines`` event, oldest first (one event loop: no lock needed)
 _FRAMES: dict[tuple[int, int], str] = {}
-_STREAMS = {s: _js(s) for s in "oes"}
 _FRAME_BYTES = [0]  # characters held in ``_FRAMES``
 #: open streams of this server process per user id, each a ``_Place`` (changed on the event loop only)
 _OPEN: collections.Counter = collections.Counter()
@@ -93,7 +91,7 @@ class Hub:
         self.job_id = job_id
         self.key = logs.stream_key(job_id)
         self.entries: list[logs.Entry] = []  # contiguous by seq; trimmed from the front now and then
-        self.text_bytes = 0  # bytes of the entries' frames (all a hub holds of them)
+        self.held_bytes = 0  # bytes of the entries' frames (all a hub holds of them)
         self.status: str | None = None
         self.live = False  # the Redis Stream is being read
         self.epoch = 0
@@ -110,7 +108,7 @@ class Hub:
 
     def restart(self, live: bool) -> None:
         self.entries.clear()
-        self.text_bytes = 0
+        self.held_bytes = 0
         self.live = live
         self.epoch += 1
 
@@ -197,7 +195,7 @@ class Hub:
             if entry.first != held + 1:
                 self.restart(live=True)  # a hole: viewers fill it from the database
         self.entries.append(entry)
-        self.text_bytes += len(entry.frame)
+        self.held_bytes += len(entry.frame)
 
     def trim(self) -> None:
         """Drop the oldest entries once the hub holds more than ``2 * HUB_LINES`` lines or
@@ -207,15 +205,15 @@ class Hub:
             return
         cap = settings.TRAINHUB_SSE_JOB_BUFFER_BYTES
         held = self.entries[-1].last - self.entries[0].first + 1
-        if held <= 2 * HUB_LINES and self.text_bytes <= cap:
+        if held <= 2 * HUB_LINES and self.held_bytes <= cap:
             return
-        cut, kept = 0, self.text_bytes
+        cut, kept = 0, self.held_bytes
         while cut < len(self.entries) - 1 and (self.entries[-1].last - self.entries[cut].first >= HUB_LINES or
                                                 kept > cap // 2):
             kept -= len(self.entries[cut].frame)
             cut += 1
         del self.entries[:cut]
-        self.text_bytes = kept
+        self.held_bytes = kept
 
     def after(self, cursor: int) -> list[logs.Entry] | None:
         """The entries holding the lines after ``cursor`` if this hub holds all of them from cursor + 1 on,
@@ -224,11 +222,7 @@ class Hub:
             return []
         if self.entries[0].first > cursor + 1:
             return None
-        return self.entries[bisect.bisect_right(self.entries, cursor, key=_last):]
-
-
-def _last(entry: logs.Entry) -> int:
-    return entry.last
+        return self.entries[bisect.bisect_right(self.entries, cursor, key=operator.attrgetter("last")):]
 
 
 _HUBS: dict[int, Hub] = {}
@@ -286,13 +280,7 @@ class Follower:
         key = (self.job_id, line.seq)
         cached = _FRAMES.get(key)
         if cached is None:  # many viewers of one job: each line is rendered once, not once per viewer
-            # what json.dumps would write, without building a list and an encoder per line (half of
-            # uvicorn's CPU in a 1,000,000-line flood went there once): ints as they are, strings through
-            # json's own C escaper; the HTML only where the browser cannot show the text as it is
-            text = line.text
-            html = f",{_js(ansi.to_html(text))}" if ansi.CONTROL.search(text) else ""
-            cached = _FRAMES[key] = (f"[{line.seq:d},{line.rank:d},{_STREAMS.get(line.stream) or _js(line.stream)},"
-                                     f"{_js(text)}{html}]")
+            cached = _FRAMES[key] = logs.line_json(line)
             _FRAME_BYTES[0] += len(cached)
         return cached
 
@@ -315,9 +303,10 @@ class Follower:
                 if not (cut and cut[0] <= self.cursor + 1 and line.seq - 1 <= cut[1]):
                     more = False  # not a retention cut: wait for the write
                     break
-            items.append(self.item(line))
+            item = self.item(line)
+            if item:
+                items.append(item)
         _bound_frames()
-        items = [i for i in items if i]
         return (self.event(items) if items else ""), more
 
     async def line_frames(self, hub: Hub, final: bool):
