@@ -13,12 +13,15 @@ indexes' cost grows with the text). The tables have the columns and indexes of
   ``executemany`` and ``COPY``, each without and with the pg_trgm GIN index of migration jobs/0005, and
   ``COPY`` of the lines plus one row per 500 lines holding their text under that index (a search index
   by chunk, written by the client), and ``COPY`` with what TrainHub runs since migration jobs/0009: the
-  statement trigger that writes the chunks, under their GIN index.
+  statement trigger that writes the chunks, under their GIN index; and that trigger without the index, which
+  splits the cost of the search index between writing the chunks and indexing their trigrams. With
+  ``--index-options``, that index beside variants that might keep it cheaper: chunks four times as wide, the
+  text not upper-cased, a 64 MB GIN pending list.
 
 Writes its raw result under bench/results/. Not a test.
 
     .venv/bin/python bench/log_store_floor.py [--lines 200000] [--long]
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/test .venv/bin/python bench/log_store_floor.py
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/test .venv/bin/python bench/log_store_floor.py [--index-options]
 """
 from __future__ import annotations
 
@@ -90,7 +93,7 @@ def sqlite_variants(rows: list[tuple]) -> dict:
     return out
 
 
-def postgres_variants(url: str, rows: list[tuple]) -> dict:
+def postgres_variants(url: str, rows: list[tuple], index_options: bool = False) -> dict:
     import psycopg
 
     url = fresh_postgres(url, "trainhub_bench_floor")
@@ -123,11 +126,40 @@ def postgres_variants(url: str, rows: list[tuple]) -> dict:
                                 sink.write_row((1, part[0][1], "\n".join(r[4] for r in part)))
                     db.commit()
 
-        variants = [("executemany", executemany, False), ("copy", copy, False),
-                    ("executemany + pg_trgm GIN", executemany, True), ("copy + pg_trgm GIN", copy, True),
-                    (f"copy + pg_trgm GIN on one row per {CHUNK} lines", lambda rows: copy(rows, chunks=True), False),
-                    ("copy + the chunk trigger and its pg_trgm GIN (jobs/0009)", copy, False)]
-        for name, run, indexed in variants:
+        def line_index():
+            db.execute(trigram)
+
+        def chunk_index(options=""):
+            db.execute(f"CREATE INDEX c_trgm ON c USING gin (job_id, (upper(text)) gin_trgm_ops){options}")
+
+        def trigger(chunks_of=CHUNKS.CHUNKS_OF, index=True, options=""):
+            """What TrainHub runs (jobs/0009): the database writes the chunks, upper-cased, under their index."""
+            db.execute("CREATE OR REPLACE FUNCTION c_add() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                       "INSERT INTO c (job_id, first_seq, last_seq, text) "
+                       f"{chunks_of.format(lines='new_lines')}; RETURN NULL; END $$")
+            db.execute("CREATE TRIGGER c_add AFTER INSERT ON l REFERENCING NEW TABLE AS new_lines "
+                       "FOR EACH STATEMENT EXECUTE FUNCTION c_add()")
+            if index:
+                db.execute(f"CREATE INDEX c_trgm ON c {CHUNKS.INDEX_METHOD}{options}")
+
+        jobs_0009 = ("copy + the chunk trigger and its pg_trgm GIN (jobs/0009)", copy, trigger)
+        if index_options:  # what might make the search index cheaper to keep, side by side with it
+            wider = CHUNKS.CHUNKS_OF.replace(f"seq / {CHUNKS.CHUNK_LINES}", f"seq / {4 * CHUNKS.CHUNK_LINES}")
+            assert wider != CHUNKS.CHUNKS_OF
+            variants = [jobs_0009,
+                        (f"the same, chunks of {4 * CHUNKS.CHUNK_LINES} lines", copy, lambda: trigger(wider)),
+                        ("the same, the text not upper-cased", copy,
+                         lambda: trigger(CHUNKS.CHUNKS_OF.replace("upper(text)", "text"))),
+                        ("the same, gin_pending_list_limit 64 MB", copy,
+                         lambda: trigger(options=" WITH (gin_pending_list_limit = 65536)")),
+                        ("copy + the chunk trigger, without its index", copy, lambda: trigger(index=False))]
+        else:
+            variants = [("executemany", executemany, None), ("copy", copy, None),
+                        ("executemany + pg_trgm GIN", executemany, line_index), ("copy + pg_trgm GIN", copy, line_index),
+                        (f"copy + pg_trgm GIN on one row per {CHUNK} lines", lambda rows: copy(rows, chunks=True),
+                         chunk_index),
+                        ("copy + the chunk trigger, without its index", copy, lambda: trigger(index=False)), jobs_0009]
+        for name, run, setup in variants:
             db.execute("DROP TABLE IF EXISTS l")
             db.execute("DROP TABLE IF EXISTS c")
             db.execute("CREATE TABLE l (id BIGSERIAL PRIMARY KEY, job_id BIGINT NOT NULL, seq BIGINT NOT NULL, "
@@ -135,17 +167,8 @@ def postgres_variants(url: str, rows: list[tuple]) -> dict:
                        "at TIMESTAMPTZ NOT NULL, UNIQUE (job_id, seq))")
             db.execute("CREATE TABLE c (id BIGSERIAL PRIMARY KEY, job_id BIGINT NOT NULL, first_seq BIGINT NOT NULL, "
                        "last_seq BIGINT, text TEXT NOT NULL)")
-            if indexed:
-                db.execute(trigram)
-            if "trigger" in name:  # what TrainHub runs: the database writes the chunks (upper-cased already)
-                db.execute("CREATE OR REPLACE FUNCTION c_add() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                           "INSERT INTO c (job_id, first_seq, last_seq, text) "
-                           f"{CHUNKS.CHUNKS_OF.format(lines='new_lines')}; RETURN NULL; END $$")
-                db.execute("CREATE TRIGGER c_add AFTER INSERT ON l REFERENCING NEW TABLE AS new_lines "
-                           "FOR EACH STATEMENT EXECUTE FUNCTION c_add()")
-                db.execute(f"CREATE INDEX c_trgm ON c {CHUNKS.INDEX_METHOD}")
-            elif "chunk" in name or "row per" in name:
-                db.execute("CREATE INDEX c_trgm ON c USING gin (job_id, (upper(text)) gin_trgm_ops)")
+            if setup:
+                setup()
             db.commit()
             out[name] = timed(run, rows)
         db.execute("DROP TABLE IF EXISTS l")
@@ -158,18 +181,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--lines", type=int, default=200_000)
     parser.add_argument("--long", action="store_true", help="~60-character lines instead of ~24")
+    parser.add_argument("--index-options", action="store_true",
+                        help="PostgreSQL: TrainHub's search index beside variants of it (wider chunks, no upper(), "
+                             "a larger GIN pending list) and without it")
     args = parser.parse_args()
     rows = lines(args.lines, args.long)
     url = os.environ.get("DATABASE_URL", "")
     if url.startswith("postgres"):
-        database, result = "postgresql", postgres_variants(url, rows)
+        database, result = "postgresql", postgres_variants(url, rows, args.index_options)
     else:
         database, result = "sqlite", sqlite_variants(rows)
     for name, figures in result.items():
         print(f"{database} {name}: {figures['lines_per_s']:,.0f} lines/s "
               f"(client CPU {figures['client_cpu_s'] / len(rows) * 1e6:.1f} µs a line)")
     record.write("log_store_floor", {"lines": args.lines, "batch": BATCH, "long_lines": args.long,
-                                     "variants": result}, database=database)
+                                     "index_options": args.index_options, "variants": result}, database=database)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ from importlib import metadata
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PACKAGES = ("Django", "celery", "redis", "psycopg", "torch", "deepspeed", "uvicorn")
+PACKAGES = ("Django", "celery", "redis", "hiredis", "psycopg", "torch", "deepspeed", "uvicorn", "uvloop", "httptools")
+#: settings in the environment that change what a bench measures (uvicorn's event loop and HTTP parser, a
+#: TrainHub limit, a path that hides a package for an A/B run); recorded as they were
+SETTINGS = ("UVICORN_", "TRAINHUB_", "PYTHONPATH")
 
 
 def machine() -> dict:
@@ -32,6 +35,12 @@ def versions() -> dict:
         except metadata.PackageNotFoundError:
             pass
     return found
+
+
+def settings() -> dict:
+    """The environment's ``SETTINGS`` this run had, without secrets."""
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.startswith(SETTINGS) and not any(word in k for word in ("SECRET", "PASSWORD", "TOKEN", "KEY"))}
 
 
 def commit() -> str:
@@ -52,7 +61,8 @@ def write(name: str, result: dict, *, database: str = "", command: list[str] | N
     now = datetime.now(timezone.utc)
     record = {"bench": name, "date": now.isoformat(timespec="seconds"), "commit": commit(),
               "command": " ".join(shlex.quote(a) for a in [".venv/bin/python", *(command or sys.argv)]),
-              "machine": machine(), "versions": versions(), "database": database or "sqlite", "result": result}
+              "machine": machine(), "versions": versions(),
+              "environment": settings(), "database": database or "sqlite", "result": result}
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}-{now.strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(record, indent=2, default=str) + "\n")
