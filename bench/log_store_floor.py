@@ -129,8 +129,8 @@ def postgres_variants(url: str, rows: list[tuple], index_options: bool = False) 
         def line_index():
             db.execute(trigram)
 
-        def chunk_index(options=""):
-            db.execute(f"CREATE INDEX c_trgm ON c USING gin (job_id, (upper(text)) gin_trgm_ops){options}")
+        def chunk_index():
+            db.execute("CREATE INDEX c_trgm ON c USING gin (job_id, (upper(text)) gin_trgm_ops)")
 
         def trigger(chunks_of=CHUNKS.CHUNKS_OF, index=True, options=""):
             """What TrainHub runs (jobs/0009): the database writes the chunks, upper-cased, under their index."""
